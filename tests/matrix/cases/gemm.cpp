@@ -1,0 +1,8 @@
+// gemm cases (to be written).
+#include "matrix/cases/common.h"
+
+namespace kestrel::matrix {
+
+void add_gemm_cases(Registry&, Size) {}
+
+}  // namespace kestrel::matrix
