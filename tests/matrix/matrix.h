@@ -116,5 +116,6 @@ void add_embedding_cases(Registry& r, Size size);
 void add_fp8_quantize_cases(Registry& r, Size size);
 void add_fp8_dequantize_cases(Registry& r, Size size);
 void add_gemm_cases(Registry& r, Size size);
+void add_kda_cases(Registry& r, Size size);  // every KDA op (tests/matrix/cases/kda_*.cpp)
 
 }  // namespace kestrel::matrix
