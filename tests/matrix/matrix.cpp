@@ -2,6 +2,7 @@
 #include "matrix/matrix.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -363,6 +364,49 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
   }
   if (res.status == Status::fail) res.message += str("  replay: KESTREL_SEED=", seed0, " case ", c.id);
   return res;
+}
+
+double time_case(const Case& c, ops::Backend backend, int reps, double* bytes) {
+  const Device dev = ops::backend_device(backend);
+  std::vector<Tensor> store;
+  std::vector<TensorView> views;
+  double total = 0;
+  for (size_t b = 0; b < c.buffers.size(); ++b) {
+    const BufferSpec& s = c.buffers[b];
+    const int64_t n = numel(s.shape);
+    const size_t es = dtype_size(s.dtype);
+    std::vector<uint8_t> host(static_cast<size_t>(n) * es);
+    std::mt19937_64 rng(1234 + b);
+    for (int64_t i = 0; i < n; ++i) {
+      double v;
+      if (s.gen.integer) {
+        v = std::uniform_int_distribution<int64_t>(static_cast<int64_t>(s.gen.lo), static_cast<int64_t>(s.gen.hi))(rng);
+      } else {
+        v = std::uniform_real_distribution<double>(s.gen.lo, s.gen.hi)(rng);
+      }
+      store_value(host.data() + i * es, s.dtype, v);
+    }
+    if (s.gen.custom) {
+      std::vector<double> vals(static_cast<size_t>(n));
+      s.gen.custom(vals, 1234 + b);
+      for (int64_t i = 0; i < n; ++i) store_value(host.data() + i * es, s.dtype, vals[i]);
+    }
+    store.push_back(Tensor::storage(std::max<int64_t>(n, 1), s.dtype, dev));
+    memcpy_bytes(store.back().data(), dev, host.data(), Device::cpu, host.size());
+    views.push_back(TensorView::contiguous(store.back().data(), dev, s.dtype, s.shape));
+    total += static_cast<double>(host.size()) * (s.role == Role::inout ? 2 : 1);
+  }
+  if (bytes) *bytes = total;
+  std::vector<double> times;
+  for (int r = 0; r < reps + 1; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c.run(backend, views, nullptr);
+    if (dev == Device::cuda) device_sync();
+    const auto t1 = std::chrono::steady_clock::now();
+    if (r) times.push_back(std::chrono::duration<double>(t1 - t0).count());  // the first is warm-up
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 const std::vector<Case>& all_cases(Size size) {

@@ -107,6 +107,12 @@ uint64_t base_seed();
 
 Result run_case(const Case& c, ops::Backend backend, uint64_t base_seed);
 
+// A rough timing for the self-check (the real benchmarks are kestrel-bench): uploads the
+// case's buffers once, runs the op `reps` times on `backend` and returns the median seconds
+// per call, host-timed with a device sync after each call. `bytes` gets the logical bytes
+// the call touches (inputs read once, outputs written once, in/out both).
+double time_case(const Case& c, ops::Backend backend, int reps, double* bytes);
+
 // Op registration: each op's case file defines one of these; all_cases() calls them all.
 using Registry = std::vector<Case>;
 void add_rms_norm_cases(Registry& r, Size size);
