@@ -83,6 +83,10 @@ TensorView TensorView::select(int d, int64_t i) const {
 }
 
 TensorView TensorView::transposed(int d, int e) const {
+  if (d < 0) d += rank;
+  if (e < 0) e += rank;
+  KESTREL_CHECK(d >= 0 && d < rank && e >= 0 && e < rank, "TensorView::transposed: dims ", d, " and ", e,
+                " out of range for rank ", rank);
   TensorView v = *this;
   std::swap(v.shape[d], v.shape[e]);
   std::swap(v.strides[d], v.strides[e]);
@@ -114,6 +118,7 @@ std::string TensorView::describe() const {
 }
 
 Tensor Tensor::storage(int64_t elems, DType dtype, Device device) {
+  KESTREL_CHECK(elems >= 0, "Tensor::storage: expected a non-negative element count, got ", elems);
   Tensor t;
   t.bytes_ = elems * static_cast<int64_t>(dtype_size(dtype));
   void* p = device_alloc(device, static_cast<size_t>(t.bytes_));
@@ -124,7 +129,10 @@ Tensor Tensor::storage(int64_t elems, DType dtype, Device device) {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape) {
+    KESTREL_CHECK(s >= 0, "Tensor::empty: expected non-negative sizes, got shape ", kestrel::shape_str(shape));
+    n *= s;
+  }
   Tensor t = storage(n, dtype, device);
   t.view_ = TensorView::contiguous(t.view_.data, device, dtype, shape);
   return t;

@@ -1,7 +1,8 @@
 // Exact scalar conversions between f32 and the narrow float types, on the host.
 //
 // These define the bits. Each equals the CUDA intrinsic named beside it on every input
-// (proven exhaustively on the GPU by tests/core/convert_cuda_test.cu):
+// (proven against CUDA's host code by tests/core/convert_cuda_host_test.cu and against the
+// GPU's hardware conversions by tests/core/convert_gpu_test.cu; docs/ops/fp8.md):
 //   f32_to_bf16      __float2bfloat16_rn              round to nearest even, NaN -> 0x7FFF
 //   f32_to_f16       __float2half_rn                  round to nearest even, overflow -> inf,
 //                                                     NaN -> 0x7FFF
