@@ -314,6 +314,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
   // 5. the CPU reference on contiguous host copies, allocated only now
   std::vector<std::vector<uint8_t>> ref_bytes = initial.bytes;
   std::vector<TensorView> ref_views(nb);
+  for (size_t b = 0; b < nb; ++b) ref_bytes[b].reserve(8);  // empty tensors still get a real pointer
   for (size_t b = 0; b < nb; ++b)
     ref_views[b] = TensorView::contiguous(ref_bytes[b].data(), Device::cpu, c.buffers[b].dtype, c.buffers[b].shape);
   try {
