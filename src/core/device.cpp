@@ -53,7 +53,7 @@ std::string cuda_device_summary() {
 void* device_alloc(Device d, size_t bytes) {
   if (bytes == 0) bytes = 64;  // a distinct, valid pointer even for empty tensors
   if (d == Device::cpu) {
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);  // as cudaMalloc aligns
     KESTREL_CHECK(p, "device_alloc: host allocation of ", bytes, " bytes failed");
     return p;
   }

@@ -4,8 +4,13 @@
 #include <vector>
 
 #include "kestrel/ops/backend.h"
+#include "kestrel/ops/cuda_launches.h"
 
 namespace kestrel::ops {
+
+#if !KESTREL_WITH_CUDA
+uint64_t cuda::launch_count() { return 0; }  // a CPU-only build launches nothing
+#endif
 
 Support backend_available(Backend b) {
   if (b == Backend::cpu) return Support::yes();

@@ -84,8 +84,8 @@ struct Placement {
   int64_t storage = 0;  // total elements of storage
 };
 
-Placement place(const Shape& shape, Layout layout) {
-  constexpr int64_t kGuard = 67;  // canary elements before and after; odd so bases misalign
+Placement place(const Shape& shape, Layout layout, size_t elem_size) {
+  constexpr int64_t kGuard = 67;  // canary elements before and after
   const int rank = static_cast<int>(shape.size());
   Placement p;
   p.strides.assign(rank, 1);
@@ -101,7 +101,11 @@ Placement place(const Shape& shape, Layout layout) {
     p.strides[d] = step;
     step = step * std::max<int64_t>(shape[d], 1) + pad;
   }
-  p.base = kGuard + (layout == Layout::contiguous ? 0 : 1);
+  // Contiguous views start 256-byte aligned (storage comes from cudaMalloc or a 64-byte
+  // aligned host allocation), so kernels' vectorised fast paths are exercised; every other
+  // layout starts one element past that, so misaligned bases are exercised too.
+  const int64_t align_elems = 256 / static_cast<int64_t>(elem_size);
+  p.base = (kGuard + align_elems - 1) / align_elems * align_elems + (layout == Layout::contiguous ? 0 : 1);
   int64_t extent = 0;
   if (numel(shape) > 0) {
     for (int d = 0; d < rank; ++d) extent += (shape[d] - 1) * p.strides[d];
@@ -248,7 +252,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
       Placed& pl = placed[b];
       const size_t es = dtype_size(s.dtype);
       if (pl.storage.empty()) {
-        pl.p = place(s.shape, s.layout);
+        pl.p = place(s.shape, s.layout, es);
         pl.storage.resize(static_cast<size_t>(pl.p.storage) * es);
         std::mt19937_64 crng(splitmix(seed + 77 * (b + 1)));
         for (auto& byte : pl.storage) byte = static_cast<uint8_t>(crng() | 0x21);  // never all-zero bytes

@@ -61,7 +61,7 @@ struct TensorView {
 Shape contiguous_strides(const Shape& shape);
 std::string shape_str(const Shape& shape);
 
-// Owning tensor: host memory (64-byte aligned) or device memory (cudaMalloc).
+// Owning tensor: host memory (256-byte aligned, like cudaMalloc) or device memory (cudaMalloc).
 class Tensor {
  public:
   Tensor() = default;

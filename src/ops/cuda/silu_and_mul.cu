@@ -1,4 +1,5 @@
-// silu_and_mul, CUDA: elementwise over the T x F outputs with a grid-stride loop. Two kernels:
+// silu_and_mul, CUDA: elementwise over the T x F outputs; grid.x spans the columns of a row,
+// grid.y the rows (looping past 65535 rows). Two kernels:
 //  - vec: when x and out have unit inner stride, 16-byte aligned bases and row strides, and F a
 //    multiple of the vector width, each thread loads 16 bytes of each half and stores 16 bytes
 //    (8 bf16/f16 or 4 f32), the widest single access;
@@ -22,9 +23,7 @@ struct SiluAndMulParams {
 };
 
 constexpr int kThreads = 256;
-// Grid-stride cap: 8 blocks of 256 per SM on 132 SMs covers the GPU; more blocks only add
-// launch overhead for a memory-bound loop.
-constexpr int64_t kMaxBlocks = 132 * 8;
+constexpr int64_t kMaxGridY = 65535;  // the hardware limit of gridDim.y; rows beyond it loop
 
 template <typename T>
 __device__ __forceinline__ float silu_mul(T gate, T up) {
@@ -32,38 +31,35 @@ __device__ __forceinline__ float silu_mul(T gate, T up) {
   return (g / (1.0f + expf(-g))) * to_f32(up);
 }
 
+// grid.x covers a row's columns (elements or vectors), grid.y steps over the rows: no 64-bit
+// division per element.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) silu_and_mul_strided_kernel(SiluAndMulParams p) {
-  const T* x = static_cast<const T*>(p.x);
-  T* out = static_cast<T*>(p.out);
-  const int64_t n = p.T * p.F;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t t = i / p.F, f = i % p.F;
-    const T* row = x + t * p.x_s0;
-    out[t * p.out_s0 + f * p.out_s1] = from_f32<T>(silu_mul(row[f * p.x_s1], row[(p.F + f) * p.x_s1]));
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (f >= p.F) return;
+  for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
+    const T* row = static_cast<const T*>(p.x) + t * p.x_s0;
+    static_cast<T*>(p.out)[t * p.out_s0 + f * p.out_s1] =
+        from_f32<T>(silu_mul(row[f * p.x_s1], row[(p.F + f) * p.x_s1]));
   }
 }
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) silu_and_mul_vec_kernel(SiluAndMulParams p) {
   constexpr int kVec = 16 / sizeof(T);
-  const T* x = static_cast<const T*>(p.x);
-  T* out = static_cast<T*>(p.out);
-  const int64_t per_row = p.F / kVec;
-  const int64_t n = p.T * per_row;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t t = i / per_row, f = (i % per_row) * kVec;
-    const uint4 gate_v = *reinterpret_cast<const uint4*>(x + t * p.x_s0 + f);
-    const uint4 up_v = *reinterpret_cast<const uint4*>(x + t * p.x_s0 + p.F + f);
+  const int64_t f = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVec;
+  if (f >= p.F) return;
+  for (int64_t t = blockIdx.y; t < p.T; t += gridDim.y) {
+    const T* row = static_cast<const T*>(p.x) + t * p.x_s0;
+    const uint4 gate_v = *reinterpret_cast<const uint4*>(row + f);
+    const uint4 up_v = *reinterpret_cast<const uint4*>(row + p.F + f);
     const T* gate = reinterpret_cast<const T*>(&gate_v);
     const T* up = reinterpret_cast<const T*>(&up_v);
     uint4 out_v;
     T* o = reinterpret_cast<T*>(&out_v);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) o[k] = from_f32<T>(silu_mul(gate[k], up[k]));
-    *reinterpret_cast<uint4*>(out + t * p.out_s0 + f) = out_v;
+    *reinterpret_cast<uint4*>(static_cast<T*>(p.out) + t * p.out_s0 + f) = out_v;
   }
 }
 
@@ -92,8 +88,9 @@ void silu_and_mul(const SiluAndMulArgs& a, Stream stream) {
   p.F = a.out.size(1);
   if (p.T * p.F == 0) return;
   const bool vec = vec_ok(a);
-  const int64_t work = vec ? p.T * (p.F / (16 / static_cast<int64_t>(dtype_size(a.out.dtype)))) : p.T * p.F;
-  const int blocks = static_cast<int>(std::min((work + kThreads - 1) / kThreads, kMaxBlocks));
+  const int64_t cols = vec ? p.F / (16 / static_cast<int64_t>(dtype_size(a.out.dtype))) : p.F;
+  const dim3 blocks(checked_int((cols + kThreads - 1) / kThreads, "silu_and_mul", "F / 256"),
+                    static_cast<unsigned>(std::min(p.T, kMaxGridY)));
   dispatch_float(a.out.dtype, "silu_and_mul", [&]<typename T>() {
     if (vec) {
       silu_and_mul_vec_kernel<T><<<blocks, kThreads, 0, as_cuda(stream)>>>(p);
