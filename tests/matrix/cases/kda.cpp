@@ -1,8 +1,409 @@
-// KDA cases (to be written): registers every KDA op's cases.
+// KDA cases: every KDA op (docs/ops/kda.md). Axes: heads H (K = V = 128), batch and lengths,
+// dtype of the token inputs, gate form (softplus / lower bound -5), layout of the packed
+// projection and of the other token inputs, slot tables read through a strided column, padding
+// rows, speculative columns and accepted counts, varlen with empty and padding sequences,
+// checkpoints. State pools are inout: slots nobody addresses must stay bit-identical (their
+// allowance is exactly 0), addressed ones within the spec's tolerance; padding output rows
+// must be exactly 0.
+#include <algorithm>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "kestrel/ops/kda_chunk_prefill.h"
+#include "kestrel/ops/kda_conv1d_prefill.h"
+#include "kestrel/ops/kda_conv1d_update.h"
+#include "kestrel/ops/kda_packed_decode.h"
+#include "kestrel/ops/kda_recurrent.h"
 #include "matrix/cases/common.h"
 
 namespace kestrel::matrix {
+namespace {
 
-void add_kda_cases(Registry&, Size) {}
+constexpr int64_t K = 128, V = 128;
+constexpr int64_t kSpare = 8;  // spare columns after q | k | v in every mixed_qkv row
+
+// Tolerances (docs/ops/kda.md "Tolerances"): an absolute allowance per element on top of the
+// ulps, for f32 kernels against the f64 reference.
+constexpr double kDecodeOutAtol = 2e-6;    // per output element, token-step ops
+constexpr double kStateAtolPerToken = 4e-6;  // per state element and token step
+constexpr double kChunkAtol = 4e-3;        // kda_chunk_prefill outputs, states, checkpoints
+constexpr double kConvAtol = 2e-6;         // conv outputs (inputs in [-1, 1], 4 taps)
+
+std::string gate_name(std::optional<float> lb) { return lb ? "lb5" : "softplus"; }
+
+// A [rows, cols] slot table: distinct slot ids from [1, slots) in random order; rows with
+// n % 4 == 1 are padding (all 0, or all -1 for every other one).
+Gen slot_table_gen(int64_t rows, int64_t cols, int64_t slots) {
+  return Gen::with([=](std::vector<double>& v, uint64_t seed) {
+    std::vector<int64_t> ids(static_cast<size_t>(slots - 1));
+    std::iota(ids.begin(), ids.end(), 1);
+    std::mt19937_64 rng(seed);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    for (int64_t n = 0; n < rows; ++n)
+      for (int64_t c = 0; c < cols; ++c)
+        v[n * cols + c] = n % 4 == 1 ? (n % 8 == 1 ? 0.0 : -1.0) : static_cast<double>(ids[n * cols + c]);
+  });
+}
+
+Gen fixed_gen(std::vector<int64_t> vals) {
+  return Gen::with([vals](std::vector<double>& v, uint64_t) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(vals[i]);
+  });
+}
+
+// The per-token input buffers of a KDA op, appended in this order:
+// mixed_qkv, raw_g, raw_beta, A_log, dt_bias.
+void add_token_buffers(Case& c, int64_t rows, int64_t H, DType dt, Layout qkv_layout, Layout other_layout) {
+  c.buffers.push_back({"mixed_qkv", dt, {rows, 2 * H * K + H * V + kSpare}, Role::input, qkv_layout,
+                       Gen::uniform(-1, 1)});
+  c.buffers.push_back({"raw_g", dt, {rows, H, K}, Role::input, other_layout, Gen::uniform(-4, 2)});
+  c.buffers.push_back({"raw_beta", dt, {rows, H}, Role::input, other_layout, Gen::uniform(-3, 3)});
+  c.buffers.push_back({"A_log", DType::f32, {H}, Role::input, Layout::contiguous, Gen::uniform(-1, 1)});
+  c.buffers.push_back({"dt_bias", DType::f32, {H * K}, Role::input, other_layout == Layout::contiguous
+                                                                         ? Layout::contiguous
+                                                                         : Layout::inner_strided,
+                       Gen::uniform(-1, 1)});
+}
+
+template <typename Args>
+void set_token_args(Args& a, const std::vector<TensorView>& v, size_t first, int64_t H,
+                    std::optional<float> lb) {
+  a.mixed_qkv = v[first].slice(1, 0, 2 * H * K + H * V);
+  a.raw_g = v[first + 1];
+  a.raw_beta = v[first + 2];
+  a.A_log = v[first + 3];
+  a.dt_bias = v[first + 4];
+  a.lower_bound = lb;
+}
+
+// Allowance per element of a [slots, H, V, K] pool: `atol` in touched slots, 0 elsewhere.
+std::vector<double> pool_bound(const std::set<int64_t>& touched, int64_t slots, int64_t H, double atol) {
+  const int64_t per = H * V * K;
+  std::vector<double> b(static_cast<size_t>(slots * per), 0.0);
+  for (int64_t s : touched)
+    if (s > 0 && s < slots) std::fill(b.begin() + s * per, b.begin() + (s + 1) * per, atol);
+  return b;
+}
+
+// Allowance per element of a [rows, ...] output: `atol` on live rows, 0 on padding rows.
+std::vector<double> row_bound(const std::vector<bool>& live, int64_t row_elems, double atol) {
+  std::vector<double> b(live.size() * static_cast<size_t>(row_elems), 0.0);
+  for (size_t r = 0; r < live.size(); ++r)
+    if (live[r]) std::fill(b.begin() + r * row_elems, b.begin() + (r + 1) * row_elems, atol);
+  return b;
+}
+
+Metric with_bound(Metric m, std::function<std::vector<double>(const HostBuffers&)> f) {
+  m.bound = std::move(f);
+  return m;
+}
+
+// ---- kda_packed_decode and kda_recurrent ----
+// Buffers: 0 out, 1 state_pool, 2..6 token inputs, 7 slot_table [N, S] i32, (8 num_accepted).
+
+void add_token_step_cases(Registry& r, Size size, bool recurrent) {
+  struct Shape { int64_t N, H, T; Size size; };
+  const std::vector<Shape> shapes =
+      recurrent ? std::vector<Shape>{{3, 2, 1, Size::ci}, {5, 2, 4, Size::ci}, {16, 8, 4, Size::full},
+                                     {6, 32, 3, Size::full}}
+                : std::vector<Shape>{{1, 2, 1, Size::ci}, {6, 3, 1, Size::ci}, {33, 8, 1, Size::full},
+                                     {12, 32, 1, Size::full}};
+  const char* op = recurrent ? "kda_recurrent" : "kda_packed_decode";
+  // Slot table columns: 1 + num_spec = 4 for verify; decode reads column 0 of a [N, 2] table.
+  const int64_t S = recurrent ? 4 : 2;
+  for (auto [N, H, T, sz] : shapes) {
+    if (sz == Size::full && size != Size::full) continue;
+    const int64_t slots = N * S + 3, rows = N * T;
+    for (DType dt : {DType::bf16, DType::f32}) {
+      for (std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+        for (Layout lay : {Layout::contiguous, Layout::padded}) {
+          if (sz == Size::ci && lay == Layout::padded && lb) continue;  // keep the CI slice small
+          Case c;
+          c.op = op;
+          c.id = str(op, "/N", N, recurrent ? str("-T", T) : "", "-H", H, "-", dtype_name(dt), "-", gate_name(lb),
+                     "-", layout_name(lay));
+          c.size = sz;
+          const double out_atol = kDecodeOutAtol * T;
+          const double st_atol = kStateAtolPerToken * T;
+          // Which rows are live and which slots are written, from the table and accepted counts.
+          auto live_and_touched = [=](const HostBuffers& in, std::vector<bool>& live, std::set<int64_t>& touched) {
+            live.assign(rows, false);
+            for (int64_t n = 0; n < N; ++n) {
+              const int64_t acc = recurrent ? static_cast<int64_t>(in.value(8, n)) : 1;
+              if (in.value(7, n * S + acc - 1) <= 0) continue;
+              for (int64_t t = 0; t < T; ++t) {
+                live[n * T + t] = true;
+                const auto s = static_cast<int64_t>(in.value(7, n * S + t));
+                if (s > 0) touched.insert(s);
+              }
+            }
+          };
+          c.buffers.push_back(
+              {"out", dt, {rows, H, V}, Role::output, lay, Gen::uniform(0, 0),
+               with_bound(rounded_once(dt, 8),
+                          [=](const HostBuffers& in) {
+                            std::vector<bool> live;
+                            std::set<int64_t> touched;
+                            live_and_touched(in, live, touched);
+                            return row_bound(live, H * V, out_atol);
+                          })});
+          c.buffers.push_back(
+              {"state_pool", DType::f32, {slots, H, V, K}, Role::inout, Layout::contiguous, Gen::uniform(-0.5, 0.5),
+               with_bound(Metric::within_ulps(0),
+                          [=](const HostBuffers& in) {
+                            std::vector<bool> live;
+                            std::set<int64_t> touched;
+                            live_and_touched(in, live, touched);
+                            return pool_bound(touched, slots, H, st_atol);
+                          })});
+          add_token_buffers(c, rows, H, dt, lay, lay == Layout::padded ? Layout::transposed : Layout::contiguous);
+          // The table is read through a strided view: column 0 for decode, [N, T] for verify.
+          c.buffers.push_back({"slot_table", DType::i32, {N, S}, Role::input,
+                               lay == Layout::padded ? Layout::transposed : Layout::contiguous,
+                               slot_table_gen(N, S, slots)});
+          if (recurrent) c.buffers.push_back({"num_accepted", DType::i32, {N}, Role::input, lay, Gen::ints(1, S)});
+          if (recurrent) {
+            auto make = [=](const std::vector<TensorView>& v) {
+              ops::KdaRecurrentArgs a;
+              a.out = v[0];
+              a.state_pool = v[1];
+              set_token_args(a, v, 2, H, lb);
+              a.slot_table = v[7];
+              a.num_accepted = v[8];
+              return a;
+            };
+            c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
+              return ops::kda_recurrent_supports(b, make(v));
+            };
+            c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
+              ops::kda_recurrent(b, make(v), s);
+            };
+          } else {
+            auto make = [=](const std::vector<TensorView>& v) {
+              ops::KdaPackedDecodeArgs a;
+              a.out = v[0];
+              a.state_pool = v[1];
+              set_token_args(a, v, 2, H, lb);
+              a.state_indices = v[7].select(1, 0);
+              return a;
+            };
+            c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
+              return ops::kda_packed_decode_supports(b, make(v));
+            };
+            c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
+              ops::kda_packed_decode(b, make(v), s);
+            };
+          }
+          r.push_back(std::move(c));
+        }
+      }
+    }
+  }
+}
+
+// ---- kda_chunk_prefill ----
+// Buffers: 0 out, 1 state_pool, 2 checkpoints, 3..7 token inputs, 8 cu_seqlens,
+// 9 slot table [N, 2] (column 0 used), 10 has_initial_state, 11 cu_checkpoints.
+
+void add_chunk_prefill_cases(Registry& r, Size size) {
+  struct Shape { std::vector<int64_t> lens; int64_t H; Size size; };
+  const std::vector<Shape> shapes = {
+      {{1, 70, 0, 130}, 2, Size::ci},
+      {{64, 5}, 1, Size::ci},
+      {{1000, 63, 64, 65, 1, 200}, 4, Size::full},
+      {{4096}, 2, Size::full},
+  };
+  for (const auto& [lens, H, sz] : shapes) {
+    if (sz == Size::full && size != Size::full) continue;
+    const int64_t N = static_cast<int64_t>(lens.size());
+    std::vector<int64_t> cu(N + 1, 0), cuk(N + 1, 0);
+    for (int64_t n = 0; n < N; ++n) {
+      cu[n + 1] = cu[n] + lens[n];
+      cuk[n + 1] = cuk[n] + lens[n] / ops::kKdaChunk;
+    }
+    const int64_t T = cu[N], slots = 2 * N + 3, P = std::max<int64_t>(cuk[N], 1);
+    std::string lens_id;
+    for (int64_t l : lens) lens_id += str(lens_id.empty() ? "" : "_", l);
+    for (DType dt : {DType::bf16, DType::f32}) {
+      for (std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+        for (Layout lay : {Layout::contiguous, Layout::padded}) {
+          if (sz == Size::ci && lay == Layout::padded && lb) continue;
+          Case c;
+          c.op = "kda_chunk_prefill";
+          c.id = str("kda_chunk_prefill/L", lens_id, "-H", H, "-", dtype_name(dt), "-", gate_name(lb), "-",
+                     layout_name(lay));
+          c.size = sz;
+          // Live sequences and their slots, from the slot table (column 0).
+          auto live_of = [=](const HostBuffers& in, std::vector<bool>& live_rows, std::set<int64_t>& touched,
+                             std::vector<bool>& live_seq) {
+            live_rows.assign(T, false);
+            live_seq.assign(N, false);
+            for (int64_t n = 0; n < N; ++n) {
+              const auto s = static_cast<int64_t>(in.value(9, n * 2));
+              if (s <= 0) continue;
+              live_seq[n] = true;
+              touched.insert(s);
+              for (int64_t t = cu[n]; t < cu[n + 1]; ++t) live_rows[t] = true;
+            }
+          };
+          c.buffers.push_back(
+              {"out", dt, {T, H, V}, Role::output, lay, Gen::uniform(0, 0),
+               with_bound(rounded_once(dt, 8),
+                          [=](const HostBuffers& in) {
+                            std::vector<bool> rows, seq;
+                            std::set<int64_t> touched;
+                            live_of(in, rows, touched, seq);
+                            return row_bound(rows, H * V, kChunkAtol);
+                          })});
+          c.buffers.push_back(
+              {"state_pool", DType::f32, {slots, H, V, K}, Role::inout, Layout::contiguous, Gen::uniform(-0.5, 0.5),
+               with_bound(Metric::within_ulps(0),
+                          [=](const HostBuffers& in) {
+                            std::vector<bool> rows, seq;
+                            std::set<int64_t> touched;
+                            live_of(in, rows, touched, seq);
+                            return pool_bound(touched, slots, H, kChunkAtol);
+                          })});
+          // Rows of padding sequences stay poisoned (NaN) on both sides.
+          c.buffers.push_back({"checkpoints", DType::f32, {P, H, V, K}, Role::output, Layout::contiguous, Gen::uniform(0, 0),
+                               with_bound(Metric::within_ulps(0), [=](const HostBuffers&) {
+                                 return std::vector<double>(static_cast<size_t>(P * H * V * K), kChunkAtol);
+                               })});
+          add_token_buffers(c, T, H, dt, lay, lay == Layout::padded ? Layout::transposed : Layout::contiguous);
+          c.buffers.push_back({"cu_seqlens", DType::i32, {N + 1}, Role::input, lay, fixed_gen(cu)});
+          c.buffers.push_back({"slot_table", DType::i32, {N, 2}, Role::input, lay, slot_table_gen(N, 2, slots)});
+          c.buffers.push_back({"has_initial_state", DType::i32, {N}, Role::input, Layout::contiguous, Gen::ints(0, 1)});
+          c.buffers.push_back({"cu_checkpoints", DType::i64, {N + 1}, Role::input, Layout::contiguous, fixed_gen(cuk)});
+          const bool with_ckpt = cuk[N] > 0;
+          auto make = [=](const std::vector<TensorView>& v) {
+            ops::KdaChunkPrefillArgs a;
+            a.out = v[0];
+            a.state_pool = v[1];
+            if (with_ckpt) {
+              a.checkpoints = v[2];
+              a.cu_checkpoints = v[11];
+            }
+            set_token_args(a, v, 3, H, lb);
+            a.cu_seqlens = v[8];
+            a.state_indices = v[9].select(1, 0);
+            a.has_initial_state = v[10];
+            return a;
+          };
+          c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
+            return ops::kda_chunk_prefill_supports(b, make(v));
+          };
+          c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
+            ops::kda_chunk_prefill(b, make(v), s);
+          };
+          r.push_back(std::move(c));
+        }
+      }
+    }
+  }
+}
+
+// ---- kda_conv1d_prefill / kda_conv1d_update ----
+// Buffers: 0 out, 1 conv_state, 2 x, 3 weight, 4 slot table [N, 2] (column 0 used),
+// prefill: 5 cu_seqlens, 6 has_initial_state; update: 5 num_accepted.
+
+void add_conv_cases(Registry& r, Size size, bool update) {
+  struct Shape { std::vector<int64_t> lens; int64_t H, E; Size size; };  // update: lens = {N, T}
+  const std::vector<Shape> shapes =
+      update ? std::vector<Shape>{{{3, 1}, 2, 0, Size::ci}, {{5, 4}, 1, 3, Size::ci}, {{64, 1}, 32, 0, Size::full},
+                                  {{16, 8}, 8, 7, Size::full}}
+             : std::vector<Shape>{{{1, 9, 0, 4}, 1, 0, Size::ci}, {{30, 2, 7}, 2, 3, Size::ci},
+                                  {{1000, 3, 64}, 32, 3, Size::full}};
+  const char* op = update ? "kda_conv1d_update" : "kda_conv1d_prefill";
+  const int64_t W = 4;
+  for (const auto& [lens, H, E, sz] : shapes) {
+    if (sz == Size::full && size != Size::full) continue;
+    const int64_t C = 2 * H * K + H * V, R = W - 1 + E;
+    const int64_t N = update ? lens[0] : static_cast<int64_t>(lens.size());
+    const int64_t T_upd = update ? lens[1] : 0;
+    std::vector<int64_t> cu(N + 1, 0);
+    if (!update)
+      for (int64_t n = 0; n < N; ++n) cu[n + 1] = cu[n] + lens[n];
+    const int64_t rows = update ? N * T_upd : cu[N], slots = 2 * N + 2;
+    for (DType dt : {DType::bf16, DType::f32}) {
+      for (Layout lay : {Layout::contiguous, Layout::padded, Layout::transposed}) {
+        if (sz == Size::ci && lay == Layout::transposed && dt == DType::f32) continue;
+        Case c;
+        c.op = op;
+        c.id = update ? str(op, "/N", N, "-T", T_upd, "-C", C, "-E", E, "-", dtype_name(dt), "-", layout_name(lay))
+                      : str(op, "/N", N, "-T", rows, "-C", C, "-E", E, "-", dtype_name(dt), "-", layout_name(lay));
+        c.size = sz;
+        auto live_rows = [=](const HostBuffers& in) {
+          std::vector<bool> live(rows, false);
+          for (int64_t n = 0; n < N; ++n) {
+            if (in.value(4, n * 2) <= 0) continue;
+            const int64_t r0 = update ? n * T_upd : cu[n], r1 = update ? (n + 1) * T_upd : cu[n + 1];
+            for (int64_t t = r0; t < r1; ++t) live[t] = true;
+          }
+          return live;
+        };
+        c.buffers.push_back({"out", dt, {rows, C}, Role::output, lay, Gen::uniform(0, 0),
+                             with_bound(rounded_once(dt, 4), [=](const HostBuffers& in) {
+                               return row_bound(live_rows(in), C, kConvAtol);
+                             })});
+        c.buffers.push_back({"conv_state", dt, {slots, R, C}, Role::inout, lay, Gen::uniform(-1, 1), Metric::bytes()});
+        c.buffers.push_back({"x", dt, {rows, C}, Role::input, lay, Gen::uniform(-1, 1)});
+        c.buffers.push_back({"weight", dt, {C, W}, Role::input, lay, Gen::uniform(-1, 1)});
+        c.buffers.push_back({"slot_table", DType::i32, {N, 2}, Role::input, lay, slot_table_gen(N, 2, slots)});
+        if (update) {
+          c.buffers.push_back({"num_accepted", DType::i64, {N}, Role::input, lay, Gen::ints(1, E + 1)});
+          auto make = [](const std::vector<TensorView>& v) {
+            ops::KdaConv1dUpdateArgs a;
+            a.out = v[0];
+            a.conv_state = v[1];
+            a.x = v[2];
+            a.weight = v[3];
+            a.state_indices = v[4].select(1, 0);
+            a.num_accepted = v[5];
+            return a;
+          };
+          c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
+            return ops::kda_conv1d_update_supports(b, make(v));
+          };
+          c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
+            ops::kda_conv1d_update(b, make(v), s);
+          };
+        } else {
+          c.buffers.push_back({"cu_seqlens", DType::i64, {N + 1}, Role::input, lay, fixed_gen(cu)});
+          c.buffers.push_back({"has_initial_state", DType::i32, {N}, Role::input, lay, Gen::ints(0, 1)});
+          auto make = [](const std::vector<TensorView>& v) {
+            ops::KdaConv1dPrefillArgs a;
+            a.out = v[0];
+            a.conv_state = v[1];
+            a.x = v[2];
+            a.weight = v[3];
+            a.state_indices = v[4].select(1, 0);
+            a.cu_seqlens = v[5];
+            a.has_initial_state = v[6];
+            return a;
+          };
+          c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
+            return ops::kda_conv1d_prefill_supports(b, make(v));
+          };
+          c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
+            ops::kda_conv1d_prefill(b, make(v), s);
+          };
+        }
+        r.push_back(std::move(c));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void add_kda_cases(Registry& r, Size size) {
+  add_conv_cases(r, size, /*update=*/false);
+  add_conv_cases(r, size, /*update=*/true);
+  add_token_step_cases(r, size, /*recurrent=*/false);
+  add_token_step_cases(r, size, /*recurrent=*/true);
+  add_chunk_prefill_cases(r, size);
+}
 
 }  // namespace kestrel::matrix

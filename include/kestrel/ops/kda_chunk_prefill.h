@@ -1,0 +1,49 @@
+// kda_chunk_prefill: KDA over varlen sequences (prefill), chunk by chunk (64 tokens, WY / UT
+// transform), initial states read from pool slots, final states written back to the same
+// slots, optional state checkpoints every 64 tokens. Spec: docs/ops/kda.md.
+#pragma once
+
+#include <optional>
+
+#include "kestrel/ops/backend.h"
+#include "kestrel/ops/kda_common.h"
+
+namespace kestrel::ops {
+
+struct KdaChunkPrefillArgs {
+  TensorView out;                // [T, H, V] bf16 | f32, any strides (T = all tokens of the batch)
+  TensorView state_pool;         // [slots, H, V, K] f32, each slot contiguous; final states written
+  TensorView checkpoints;        // optional [P, H, V, K] f32, each row contiguous: the state after
+                                 //   token 64c - 1 of sequence n goes to row cu_checkpoints[n] + c - 1
+  TensorView mixed_qkv;          // [T, >= 2HK+HV] dtype of out, channel stride 1
+  TensorView raw_g;              // [T, H, K] bf16 | f32, any strides
+  TensorView raw_beta;           // [T, H] bf16 | f32, any strides
+  TensorView A_log;              // [H] f32, any stride
+  TensorView dt_bias;            // [H * K] f32, any stride
+  TensorView cu_seqlens;         // [N + 1] i32 | i64, any stride: 0 = c0 <= c1 <= ... <= cN = T
+  TensorView state_indices;      // [N] i32 | i64, any stride; <= 0: padding sequence
+  TensorView has_initial_state;  // optional [N] i32 | i64: 0 = start from the zero state
+                                 //   (absent: every sequence reads its slot)
+  TensorView cu_checkpoints;     // [N + 1] i32 | i64 with checkpoints: sequence n owns
+                                 //   floor(len_n / 64) rows starting at cu_checkpoints[n]
+  std::optional<float> lower_bound;
+};
+
+void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a);
+Support kda_chunk_prefill_supports(Backend b, const KdaChunkPrefillArgs& a);
+void kda_chunk_prefill(Backend b, const KdaChunkPrefillArgs& a, Stream stream = nullptr);
+
+namespace cpu {
+// The reference: the chunked form (chunk 64, WY / UT transform) in f64 with f32 states at
+// chunk boundaries.
+void kda_chunk_prefill(const KdaChunkPrefillArgs& a);
+// The same op computed token by token (the recurrence, f32 state after every token, exactly as
+// kda_packed_decode steps): the second reference the chunked form is proven equal to.
+void kda_chunk_prefill_token_by_token(const KdaChunkPrefillArgs& a);
+}  // namespace cpu
+namespace cuda {
+Support kda_chunk_prefill_supports(const KdaChunkPrefillArgs& a);
+void kda_chunk_prefill(const KdaChunkPrefillArgs& a, Stream stream);
+}  // namespace cuda
+
+}  // namespace kestrel::ops

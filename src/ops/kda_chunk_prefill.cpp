@@ -1,0 +1,66 @@
+// kda_chunk_prefill: the argument check shared by every backend, and the dispatch.
+#include "kestrel/ops/kda_chunk_prefill.h"
+
+#include "kestrel/ops/checks.h"
+
+namespace kestrel::ops {
+
+void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a) {
+  constexpr const char* op = "kda_chunk_prefill";
+  check_rank(op, "cu_seqlens", a.cu_seqlens, 1, "[N + 1]");
+  check_rank(op, "state_indices", a.state_indices, 1, "[N] (one slot per sequence)");
+  check_rank(op, "mixed_qkv", a.mixed_qkv, 2, "[T, >= 2*H*K + H*V]");
+  if (a.has_initial_state.defined()) check_rank(op, "has_initial_state", a.has_initial_state, 1, "[N]");
+  if (a.checkpoints.defined()) check_rank(op, "cu_checkpoints", a.cu_checkpoints, 1, "[N + 1] (with checkpoints)");
+  if (!a.checkpoints.defined() && a.cu_checkpoints.defined())
+    fail_arg(op, "cu_checkpoints", "none without checkpoints", "a tensor");
+  const int64_t N = a.state_indices.size(0);
+  const KdaDims d = kda_detail::check_token_inputs(op, a.out, a.mixed_qkv, a.raw_g, a.raw_beta, a.A_log, a.dt_bias,
+                                                   a.lower_bound, a.mixed_qkv.size(0), "T (mixed_qkv.size(0))");
+  kda_detail::check_on_device_of(op, "state_pool", a.state_pool, a.out);
+  kda_detail::check_on_device_of(op, "cu_seqlens", a.cu_seqlens, a.out);
+  kda_detail::check_on_device_of(op, "state_indices", a.state_indices, a.out);
+  if (a.has_initial_state.defined())
+    kda_detail::check_on_device_of(op, "has_initial_state", a.has_initial_state, a.out);
+  if (a.checkpoints.defined()) {
+    kda_detail::check_on_device_of(op, "checkpoints", a.checkpoints, a.out);
+    kda_detail::check_on_device_of(op, "cu_checkpoints", a.cu_checkpoints, a.out);
+  }
+  kda_detail::check_state_pool(op, "state_pool", a.state_pool, d);
+  if (a.checkpoints.defined()) {
+    kda_detail::check_state_pool(op, "checkpoints", a.checkpoints, d);
+    check_no_self_overlap(op, "checkpoints", a.checkpoints);
+  }
+  kda_detail::check_index_vector(op, "cu_seqlens", a.cu_seqlens, N + 1, "N + 1 (state_indices.size(0) + 1)");
+  kda_detail::check_index_vector(op, "state_indices", a.state_indices, N, "N");
+  if (a.has_initial_state.defined())
+    kda_detail::check_index_vector(op, "has_initial_state", a.has_initial_state, N, "N (state_indices.size(0))");
+  if (a.checkpoints.defined())
+    kda_detail::check_index_vector(op, "cu_checkpoints", a.cu_checkpoints, N + 1, "N + 1 (state_indices.size(0) + 1)");
+}
+
+Support kda_chunk_prefill_supports(Backend b, const KdaChunkPrefillArgs& a) {
+  if (Support s = backend_available(b); !s) return s;
+  return b == Backend::cpu ? Support::yes() : cuda::kda_chunk_prefill_supports(a);
+}
+
+void kda_chunk_prefill(Backend b, const KdaChunkPrefillArgs& a, Stream stream) {
+  kda_chunk_prefill_check(a);
+  check_device("kda_chunk_prefill", "out", a.out, backend_device(b));
+  require_support("kda_chunk_prefill", b, kda_chunk_prefill_supports(b, a));
+  if (b == Backend::cpu) {
+    cpu::kda_chunk_prefill(a);
+  } else {
+    cuda::kda_chunk_prefill(a, stream);
+  }
+}
+
+// The CUDA backend of this op is not written yet: it says so (replaced by src/ops/cuda/kda_*.cu).
+namespace cuda {
+Support kda_chunk_prefill_supports(const KdaChunkPrefillArgs&) { return Support::no("not implemented yet (issue 4)"); }
+void kda_chunk_prefill(const KdaChunkPrefillArgs&, Stream) {
+  throw Error("kda_chunk_prefill: cuda: not implemented yet (issue 4)");
+}
+}  // namespace cuda
+
+}  // namespace kestrel::ops
