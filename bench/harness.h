@@ -5,7 +5,8 @@
 // The harness owns the memory: it allocates as many copies ("rotation sets") of the buffers as
 // it takes for the bytes touched across the sets to reach 4x the L2, fills them with random
 // non-zero values on the device, and runs set r % sets on repetition r, so that a timing
-// measures HBM and not a cache that a real model step would have evicted.
+// measures HBM and not a cache that a real model step would have evicted. "Bytes touched" is
+// the case's minimum bytes per call, so sets = ceil(4 * L2 / bytes).
 //
 // This header needs no CUDA include: case files (bench/<op>.cpp) are plain C++.
 #pragma once
@@ -37,6 +38,9 @@ struct BufferDecl {
   DType dtype;
   Shape shape;  // allocated contiguous; a case may view it with other strides in `run`
   Fill fill = {};
+  // Allocated once and given to every rotation set: a large table of which one call reads only
+  // a few rows (embedding), where the rotated inputs (ids) already spread the reads over HBM.
+  bool shared = false;
 };
 
 enum class Timing : uint8_t {
@@ -68,7 +72,8 @@ class Registry {
   std::vector<Case> cases_;
 };
 
-// Bytes of one buffer set.
+// Bytes of a contiguous tensor, and of one rotation set of a case's buffers.
+double tensor_bytes(DType dtype, const Shape& shape);
 double footprint_bytes(const Case& c);
 
 // ---- measurements ---------------------------------------------------------------------------
@@ -108,8 +113,11 @@ struct Result {
   Stats time;
   double bytes = 0, flops = 0;
   int sets = 0;           // rotation sets used
+  double rotated_bytes = 0;  // bytes touched across all sets (sets * bytes); 4x L2 unless capped
+  bool rotation_capped = false;  // the set count hit its cap before reaching 4x L2
   Timing timing_used = Timing::events;
   int graph_launches = 0;  // launches per graph replay (graph timing)
+  std::string note;        // e.g. why graph timing fell back to events
   // Derived from the ceilings (0 when they were not measured).
   double gbps() const { return time.median_us > 0 ? bytes / (time.median_us * 1e3) : 0; }
   double tflops() const { return time.median_us > 0 ? flops / (time.median_us * 1e6) : 0; }
@@ -136,7 +144,10 @@ bool query_gpu(GpuInfo& info, std::string& why);
 
 std::string bound_of(const Result& r, const Ceilings& c);  // "mem" | "math" | "-"
 void print_ceilings(const Ceilings& c);
+// The table, all at once or a row at a time as cases finish (`name_width`: the widest name).
 void print_table(const std::vector<Result>& results, const Ceilings& c);
+void print_table_header(int name_width);
+void print_table_row(const Result& r, const Ceilings& c, int name_width);
 struct RunInfo {
   GpuInfo gpu;
   std::string commit, command, date;
