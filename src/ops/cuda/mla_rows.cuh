@@ -1,0 +1,86 @@
+// Device pieces shared by the MLA cache and prepare kernels: slot resolution and the one row
+// conversion [nope (512) | pe (64)] (bf16 in) -> bf16 (a raw copy) or fp8 (enc(x / scale)).
+// Every kernel that writes an MLA row goes through these, so the fused kernel, the chain and
+// the single ops cannot disagree about a byte. The quantisation is an IEEE division
+// (__fdiv_rn, never a reciprocal multiply) followed by the saturating encode, exactly the CPU
+// reference's f32_to_fp8_e4m3(x / scale).
+#pragma once
+
+#include <cstdint>
+
+#include "common.cuh"
+#include "kestrel/ops/mla_write_kv.h"
+
+namespace kestrel::ops::cuda::mla {
+
+inline constexpr int kNope = 512, kPe = 64, kRow = 576;
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
+
+__device__ __forceinline__ uint8_t enc(float x, float scale) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ int64_t load_index(const void* p, bool i64, int64_t off) {
+  return i64 ? static_cast<const int64_t*>(p)[off] : static_cast<int64_t>(static_cast<const int32_t*>(p)[off]);
+}
+
+// Element offset of slot s's row, or -1 when s is outside [0, slots): the row is then skipped,
+// never written out of bounds.
+__device__ __forceinline__ int64_t slot_offset(int64_t s, int64_t page_size, int64_t slots, int64_t page_stride,
+                                               int64_t row_stride) {
+  if (s < 0 || s >= slots) return -1;
+  return (s / page_size) * page_stride + (s % page_size) * row_stride;
+}
+
+// One row by one warp, any element strides: lane l converts elements l, l + 32, ...
+// kFp8: out is fp8 bytes; else out is bf16 (raw 16-bit copies, scale unused).
+template <bool kFp8>
+__device__ __forceinline__ void warp_row_strided(void* out, int64_t out_s, const uint16_t* nope, int64_t nope_s,
+                                                 const uint16_t* pe, int64_t pe_s, float scale, int lane) {
+  for (int j = lane; j < kRow; j += 32) {
+    const uint16_t h = j < kNope ? nope[j * nope_s] : pe[(j - kNope) * pe_s];
+    if constexpr (kFp8) {
+      static_cast<uint8_t*>(out)[j * out_s] = enc(bf16_bits_to_f32(h), scale);
+    } else {
+      static_cast<uint16_t*>(out)[j * out_s] = h;
+    }
+  }
+}
+
+// One fp8 row by one warp with vector access. Requires: out 16-byte aligned, nope 16-byte
+// aligned, pe 4-byte aligned, all three contiguous. Lane l reads nope[16l, 16l + 16) as two
+// 16-byte loads and stores 16 fp8 bytes with one 16-byte store; it reads pe[2l, 2l + 2) with
+// one 4-byte load and stores 2 bytes at out + 512 + 2l. 36 stores of 16 B + 32 of 2 B per row.
+__device__ __forceinline__ void warp_row_fp8_vec(uint8_t* out, const uint16_t* nope, const uint16_t* pe, float scale,
+                                                 int lane) {
+  const uint4* src = reinterpret_cast<const uint4*>(nope) + 2 * lane;
+  const uint4 v0 = __ldg(src), v1 = __ldg(src + 1);
+  const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  uint32_t packed[4];
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t lo = w[2 * k], hi = w[2 * k + 1];  // elements 4k .. 4k + 3, little-endian
+    packed[k] = static_cast<uint32_t>(enc(bf16_bits_to_f32(lo & 0xffffu), scale)) |
+                static_cast<uint32_t>(enc(bf16_bits_to_f32(lo >> 16), scale)) << 8 |
+                static_cast<uint32_t>(enc(bf16_bits_to_f32(hi & 0xffffu), scale)) << 16 |
+                static_cast<uint32_t>(enc(bf16_bits_to_f32(hi >> 16), scale)) << 24;
+  }
+  reinterpret_cast<uint4*>(out)[lane] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+  const uint32_t p = __ldg(reinterpret_cast<const unsigned int*>(pe) + lane);
+  const uint16_t pe8 = static_cast<uint16_t>(enc(bf16_bits_to_f32(p & 0xffffu), scale)) |
+                       static_cast<uint16_t>(static_cast<uint16_t>(enc(bf16_bits_to_f32(p >> 16), scale)) << 8);
+  reinterpret_cast<uint16_t*>(out + kNope)[lane] = pe8;
+}
+
+// Host side: whether `t` (unit inner stride, base and outer strides of dims longer than one
+// aligned to `align` bytes) can take vector access. The fused kernel's gate applies the same
+// rule with reasons (mla_prepare_fp8_fused_gate).
+inline bool vector_ready(const TensorView& t, int64_t align) {
+  const int64_t es = static_cast<int64_t>(dtype_size(t.dtype));
+  if (t.stride(-1) != 1 || reinterpret_cast<uintptr_t>(t.data) % static_cast<uintptr_t>(align) != 0) return false;
+  for (int d = 0; d + 1 < t.rank; ++d)
+    if (t.size(d) > 1 && (t.stride(d) * es) % align != 0) return false;
+  return true;
+}
+
+}  // namespace kestrel::ops::cuda::mla
