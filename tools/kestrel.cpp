@@ -84,16 +84,16 @@ int selfcheck(int argc, char** argv) {
 
   if (timing) {
     std::printf("\nTiming (the largest case of each op, host-timed, median of 20; kestrel-bench has the real numbers)\n");
-    std::printf("%-44s %-5s %12s %10s\n", "case", "backend", "us", "GB/s");
+    std::printf("%-64s %-5s %12s %10s\n", "case", "backend", "us", "GB/s");
     for (auto& [op, c] : first_of_op) {
       for (Backend b : kestrel::ops::kAllBackends) {
         if (!kestrel::ops::backend_available(b).ok) continue;
         try {
           double bytes = 0;
           const double s = kestrel::matrix::time_case(*c, b, 20, &bytes);
-          std::printf("%-44s %-5s %12.1f %10.2f\n", c->id.c_str(), kestrel::ops::backend_name(b), s * 1e6, bytes / s / 1e9);
+          std::printf("%-64s %-5s %12.1f %10.2f\n", c->id.c_str(), kestrel::ops::backend_name(b), s * 1e6, bytes / s / 1e9);
         } catch (const std::exception& e) {
-          std::printf("%-44s %-5s %s\n", c->id.c_str(), kestrel::ops::backend_name(b), e.what());
+          std::printf("%-64s %-5s %s\n", c->id.c_str(), kestrel::ops::backend_name(b), e.what());
         }
       }
     }
