@@ -90,6 +90,24 @@ void memcpy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, si
 #endif
 }
 
+Stream stream_create() {
+#if KESTREL_WITH_CUDA
+  cudaStream_t s = nullptr;
+  KESTREL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+#else
+  throw Error("stream_create: this build has no CUDA backend");
+#endif
+}
+
+void stream_destroy(Stream stream) {
+#if KESTREL_WITH_CUDA
+  if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+#else
+  (void)stream;
+#endif
+}
+
 void stream_sync(Stream stream) {
 #if KESTREL_WITH_CUDA
   KESTREL_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));

@@ -25,6 +25,10 @@ void* device_alloc(Device d, size_t bytes);
 void device_free(Device d, void* p);
 // Copies `bytes` between any two devices (synchronous with respect to the host).
 void memcpy_bytes(void* dst, Device dst_dev, const void* src, Device src_dev, size_t bytes);
+// A new non-blocking CUDA stream, and its release (streams are opaque handles; nullptr is
+// the legacy default stream). stream_create throws in a build or machine without CUDA.
+Stream stream_create();
+void stream_destroy(Stream stream);
 // Waits for all work on `stream` (no-op for the CPU).
 void stream_sync(Stream stream);
 void device_sync();
