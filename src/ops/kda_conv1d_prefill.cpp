@@ -39,12 +39,11 @@ void kda_conv1d_prefill(Backend b, const KdaConv1dPrefillArgs& a, Stream stream)
   }
 }
 
-// The CUDA backend of this op is not written yet: it says so (replaced by src/ops/cuda/kda_*.cu).
+#if !KESTREL_WITH_CUDA
 namespace cuda {
-Support kda_conv1d_prefill_supports(const KdaConv1dPrefillArgs&) { return Support::no("not implemented yet (issue 4)"); }
-void kda_conv1d_prefill(const KdaConv1dPrefillArgs&, Stream) {
-  throw Error("kda_conv1d_prefill: cuda: not implemented yet (issue 4)");
-}
+Support kda_conv1d_prefill_supports(const KdaConv1dPrefillArgs&) { return Support::no("built without CUDA"); }
+void kda_conv1d_prefill(const KdaConv1dPrefillArgs&, Stream) { throw Error("kda_conv1d_prefill: built without CUDA"); }
 }  // namespace cuda
+#endif
 
 }  // namespace kestrel::ops

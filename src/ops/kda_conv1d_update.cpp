@@ -42,12 +42,11 @@ void kda_conv1d_update(Backend b, const KdaConv1dUpdateArgs& a, Stream stream) {
   }
 }
 
-// The CUDA backend of this op is not written yet: it says so (replaced by src/ops/cuda/kda_*.cu).
+#if !KESTREL_WITH_CUDA
 namespace cuda {
-Support kda_conv1d_update_supports(const KdaConv1dUpdateArgs&) { return Support::no("not implemented yet (issue 4)"); }
-void kda_conv1d_update(const KdaConv1dUpdateArgs&, Stream) {
-  throw Error("kda_conv1d_update: cuda: not implemented yet (issue 4)");
-}
+Support kda_conv1d_update_supports(const KdaConv1dUpdateArgs&) { return Support::no("built without CUDA"); }
+void kda_conv1d_update(const KdaConv1dUpdateArgs&, Stream) { throw Error("kda_conv1d_update: built without CUDA"); }
 }  // namespace cuda
+#endif
 
 }  // namespace kestrel::ops

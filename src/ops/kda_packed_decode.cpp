@@ -33,12 +33,11 @@ void kda_packed_decode(Backend b, const KdaPackedDecodeArgs& a, Stream stream) {
   }
 }
 
-// The CUDA backend of this op is not written yet: it says so (replaced by src/ops/cuda/kda_*.cu).
+#if !KESTREL_WITH_CUDA
 namespace cuda {
-Support kda_packed_decode_supports(const KdaPackedDecodeArgs&) { return Support::no("not implemented yet (issue 4)"); }
-void kda_packed_decode(const KdaPackedDecodeArgs&, Stream) {
-  throw Error("kda_packed_decode: cuda: not implemented yet (issue 4)");
-}
+Support kda_packed_decode_supports(const KdaPackedDecodeArgs&) { return Support::no("built without CUDA"); }
+void kda_packed_decode(const KdaPackedDecodeArgs&, Stream) { throw Error("kda_packed_decode: built without CUDA"); }
 }  // namespace cuda
+#endif
 
 }  // namespace kestrel::ops

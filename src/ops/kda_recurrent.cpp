@@ -46,10 +46,11 @@ void kda_recurrent(Backend b, const KdaRecurrentArgs& a, Stream stream) {
   }
 }
 
-// The CUDA backend of this op is not written yet: it says so (replaced by src/ops/cuda/kda_*.cu).
+#if !KESTREL_WITH_CUDA
 namespace cuda {
-Support kda_recurrent_supports(const KdaRecurrentArgs&) { return Support::no("not implemented yet (issue 4)"); }
-void kda_recurrent(const KdaRecurrentArgs&, Stream) { throw Error("kda_recurrent: cuda: not implemented yet (issue 4)"); }
+Support kda_recurrent_supports(const KdaRecurrentArgs&) { return Support::no("built without CUDA"); }
+void kda_recurrent(const KdaRecurrentArgs&, Stream) { throw Error("kda_recurrent: built without CUDA"); }
 }  // namespace cuda
+#endif
 
 }  // namespace kestrel::ops

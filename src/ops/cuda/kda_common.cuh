@@ -1,0 +1,51 @@
+// Device helpers the CUDA KDA kernels share: index and mixed-dtype loads, the warp sums, and the
+// per-element math of docs/ops/kda.md in f32 (gate, beta, SiLU). Semantics: src/ops/cpu/kda_math.h.
+#pragma once
+
+#include <cstdint>
+
+#include "common.cuh"
+
+namespace kestrel::ops::cuda::kda {
+
+// Element `off` of an i32 | i64 index tensor.
+__device__ __forceinline__ int64_t load_index(const void* p, bool is64, int64_t off) {
+  return is64 ? static_cast<const int64_t*>(p)[off] : static_cast<int64_t>(static_cast<const int32_t*>(p)[off]);
+}
+
+// Element `off` of a bf16 | f32 tensor whose dtype is only known at run time (raw_g, raw_beta and
+// the conv weight may differ from the token dtype).
+__device__ __forceinline__ float load_real(const void* p, bool bf16, int64_t off) {
+  return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[off]) : static_cast<const float*>(p)[off];
+}
+
+// Sum over the 32 lanes of a warp; every lane gets the same bits (the xor butterfly adds the same
+// two operands on both partners at each level).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// kN independent warp sums, interleaved so that their shuffles overlap.
+template <int kN>
+__device__ __forceinline__ void warp_sum_n(float (&v)[kN]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+    for (int i = 0; i < kN; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
+  }
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+
+// The log-decay g of one key dim from a = raw_g + dt_bias and exp(A_log[h]) (kda_math.h gate()):
+//   no lower bound: g = -exp(A_log) * softplus(a), softplus(a) = a above 20, else log1p(exp(a));
+//   lower bound LB: g = LB * sigmoid(exp(A_log) * a).
+__device__ __forceinline__ float gate(float a, float exp_a_log, bool has_lb, float lb) {
+  if (!has_lb) return -exp_a_log * (a > 20.0f ? a : log1pf(expf(a)));
+  return lb * sigmoid(exp_a_log * a);
+}
+
+}  // namespace kestrel::ops::cuda::kda

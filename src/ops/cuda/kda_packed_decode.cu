@@ -1,0 +1,47 @@
+// kda_packed_decode, CUDA (sm_90a): one KDA token step per sequence, the state updated in place
+// in its pool slot. Kernel: kda_token_steps_kernel<T, false> in kda_token_step.cuh, shared with
+// kda_recurrent. Design note:
+//
+// Decode is memory-bound: per (sequence, head) it must read and write the K x V = 128 x 128 f32
+// state (64 KB each way) and read only ~1 KB of token inputs. So the work is split to stream
+// the state once at full width:
+// - grid: one CTA of 8 warps per (sequence, head, tile of 32 state rows v): B * H * 4 CTAs at
+//   V = 128 (128 CTAs already for B = 1, H = 32); adjacent CTAs touch adjacent state rows;
+// - a warp owns 4 state rows; lane l owns key dims 4l .. 4l+3 of each, so a row (512 contiguous
+//   bytes, K innermost) is one coalesced 16-byte load per lane, and the 4 rows' loads are all in
+//   flight before any math. The state rows stay in registers (16 floats per lane) from load to
+//   store, and are written back once;
+// - the token math is done per warp in f32 registers while the state loads are in flight:
+//   q, k, raw_g of the lane's 4 dims (scalar loads: any row stride, any raw_g strides), the sum
+//   of squares by a 5-step xor shuffle, exp(g) by expf / log1pf, beta by expf. Recomputing it in
+//   each of a head's 32 warps costs ~1.5 KB of L1-resident loads and a few dozen instructions
+//   per warp, and saves a block barrier and shared memory: the kernel has neither;
+// - per row, S'^T k and S^T q are 4-wide partial dots per lane reduced by xor shuffles, the 4
+//   rows' reductions interleaved; lane j writes o[v0 + j].
+// Bytes per (token, head): 2 * K * V * 4 (state) + (2K + V) * sizeof(T) (q, k, v)
+// + K * sizeof(raw_g) + V * sizeof(T) (out) + beta, A_log, dt_bias (4 B + 4 + 512, L2-resident).
+// Padding rows (slot <= 0): the CTA writes its 32 zero outputs and reads no state.
+// Needs K = 128 and 16-byte aligned slots (supports says so otherwise); any V, H, strides.
+#include "kda_token_step.cuh"
+#include "kestrel/ops/kda_packed_decode.h"
+
+namespace kestrel::ops::cuda {
+
+Support kda_packed_decode_supports(const KdaPackedDecodeArgs& a) {
+  return kda::token_steps_supports(a.state_pool, a.raw_g.size(2), a.state_indices.size(0), a.raw_g.size(1),
+                                   a.out.size(2));
+}
+
+void kda_packed_decode(const KdaPackedDecodeArgs& a, Stream stream) {
+  kda::KdaStepParams p = kda::token_steps_params(a);
+  p.table = a.state_indices.data;
+  p.tab64 = a.state_indices.dtype == DType::i64;
+  p.tab_s0 = a.state_indices.stride(0);
+  p.tab_s1 = 0;  // only column 0 exists
+  p.accepted = nullptr;
+  p.N = static_cast<int>(a.state_indices.size(0));
+  p.T = 1;
+  kda::launch_token_steps<false>(p, a.out.dtype, stream, "kda_packed_decode", "kda_packed_decode_kernel");
+}
+
+}  // namespace kestrel::ops::cuda

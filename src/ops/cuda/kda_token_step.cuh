@@ -1,0 +1,248 @@
+// The KDA token-step kernel behind kda_packed_decode (one token, kMulti = false) and
+// kda_recurrent (T tokens with per-position state columns, kMulti = true): decode and verify
+// share this one path (DESIGN.md rule 4), so T = 1 with num_accepted 1 gives the same bits as
+// decode. Semantics: docs/ops/kda.md; the design note is at the top of kda_packed_decode.cu.
+//
+// Work split: one CTA of kWarps warps per (sequence n, head h, tile of kTileV state rows v);
+// warp w owns rows v0 .. v0 + kRows - 1 (v0 = tile * kTileV + w * kRows); lane l owns key dims
+// 4l .. 4l + 3 of each of those rows (K = 128 = 32 lanes x one float4). A state row S[:, v] is
+// K contiguous floats in the pool, so a warp reads and writes it as 512 contiguous bytes. The
+// kernel has no shared memory and no block barrier: a warp computes what it needs of the
+// token (q_hat, k_hat, exp(g) for its lanes' 4 key dims, beta, the v of its rows) in registers,
+// and reduces the per-row dot products with xor shuffles.
+#pragma once
+
+#include <cstdint>
+
+#include "kda_common.cuh"
+#include "kestrel/ops/backend.h"
+
+namespace kestrel::ops::cuda::kda {
+
+inline constexpr int kK = 128;                    // key head dim this kernel is written for
+inline constexpr int kPerLane = kK / 32;          // key dims per lane: one float4
+inline constexpr int kRows = 4;                   // state rows per warp, all in flight at once
+inline constexpr int kWarps = 8;                  // warps per CTA
+inline constexpr int kThreads = kWarps * 32;      // 256
+inline constexpr int kTileV = kWarps * kRows;     // 32 state rows (v) per CTA: 4 CTAs per head at V = 128
+static_assert(kPerLane == 4, "a lane's key dims are one float4");
+
+struct KdaStepParams {
+  void* out;             // [N*T, H, V] bf16 | f32 (dtype of mixed_qkv), any strides
+  float* pool;           // [slots, H, V, K] f32, each slot contiguous, slots 16-byte aligned
+  const void* qkv;       // [N*T, >= 2HK + HV] dtype of out, channel stride 1
+  const void* raw_g;     // [N*T, H, K] bf16 | f32
+  const void* raw_beta;  // [N*T, H] bf16 | f32
+  const float* A_log;    // [H]
+  const float* dt_bias;  // [H * K]
+  const void* table;     // [N, S] i32 | i64 slot table (decode: state_indices [B], tab_s1 = 0)
+  const void* accepted;  // [N] i32 | i64 in [1, S]; nullptr reads 1 (decode)
+  int64_t out_s0, out_s1, out_s2;
+  int64_t qkv_s0;
+  int64_t g_s0, g_s1, g_s2;
+  int64_t beta_s0, beta_s1;
+  int64_t alog_s0, dt_s0;
+  int64_t pool_s0;  // elements from one slot to the next
+  int64_t tab_s0, tab_s1, acc_s0;
+  int N, T, H, V;
+  int tiles;  // ceil(V / kTileV)
+  bool g_bf16, beta_bf16, tab64, acc64, has_lb;
+  float lb;
+};
+
+// What a lane loads of one token of head h: its 4 dims of q, k and raw_g, the v of its warp's
+// rows (the same address on every lane: a broadcast) and the beta logit.
+struct TokenRaw {
+  float q[kPerLane], k[kPerLane], g[kPerLane], v[kRows], beta;
+};
+
+// The same, ready for the recurrence: q_hat (scaled by 1/sqrt(K)), k_hat, exp(g), sigmoid(beta).
+struct TokenHead {
+  float q[kPerLane], k[kPerLane], decay[kPerLane], v[kRows], beta;
+};
+
+template <typename T>
+__device__ __forceinline__ TokenRaw load_token(const KdaStepParams& p, int64_t row, int h, int lane, int v0) {
+  TokenRaw r;
+  const T* qkv = static_cast<const T*>(p.qkv) + row * p.qkv_s0;
+  const int64_t HK = static_cast<int64_t>(p.H) * kK;
+  const int64_t kq = static_cast<int64_t>(h) * kK + lane * kPerLane;  // this lane's first q column
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    r.q[i] = to_f32(qkv[kq + i]);
+    r.k[i] = to_f32(qkv[HK + kq + i]);
+    r.g[i] = load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (lane * kPerLane + i) * p.g_s2);
+  }
+  const int64_t vcol = 2 * HK + static_cast<int64_t>(h) * p.V + v0;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) r.v[j] = v0 + j < p.V ? to_f32(qkv[vcol + j]) : 0.0f;
+  r.beta = load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1);
+  return r;
+}
+
+// L2 norms over the warp (each lane holds 4 of the K dims), the gate and beta, all in f32.
+__device__ __forceinline__ TokenHead finish_token(const TokenRaw& r, const float (&dt)[kPerLane], float exp_a_log,
+                                                  const KdaStepParams& p) {
+  constexpr float kEps = 1e-6f;                         // inside the sqrt (kda_math.h kL2Eps)
+  constexpr float kInvSqrtK = 0.08838834764831845f;     // 1 / sqrt(128), the fixed q scale
+  float ss[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    ss[0] = fmaf(r.q[i], r.q[i], ss[0]);
+    ss[1] = fmaf(r.k[i], r.k[i], ss[1]);
+  }
+  warp_sum_n<2>(ss);
+  const float rq = kInvSqrtK / sqrtf(ss[0] + kEps), rk = 1.0f / sqrtf(ss[1] + kEps);
+  TokenHead x;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    x.q[i] = r.q[i] * rq;
+    x.k[i] = r.k[i] * rk;
+    x.decay[i] = expf(gate(r.g[i] + dt[i], exp_a_log, p.has_lb, p.lb));
+  }
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) x.v[j] = r.v[j];
+  x.beta = sigmoid(r.beta);
+  return x;
+}
+
+// One token on the warp's rows, in place:  S' = diag(exp(g)) S;  u = beta (v - S'^T k_hat);
+// S = S' + k_hat u^T;  o = S^T q_hat. Every lane ends with the full o of each row.
+__device__ __forceinline__ void token_step(float4 (&s)[kRows], const TokenHead& x, float (&o)[kRows]) {
+  float sk[kRows];
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    s[j].x *= x.decay[0];
+    s[j].y *= x.decay[1];
+    s[j].z *= x.decay[2];
+    s[j].w *= x.decay[3];
+    sk[j] = fmaf(s[j].w, x.k[3], fmaf(s[j].z, x.k[2], fmaf(s[j].y, x.k[1], s[j].x * x.k[0])));
+  }
+  warp_sum_n<kRows>(sk);
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const float u = x.beta * (x.v[j] - sk[j]);
+    s[j].x = fmaf(x.k[0], u, s[j].x);
+    s[j].y = fmaf(x.k[1], u, s[j].y);
+    s[j].z = fmaf(x.k[2], u, s[j].z);
+    s[j].w = fmaf(x.k[3], u, s[j].w);
+    o[j] = fmaf(s[j].w, x.q[3], fmaf(s[j].z, x.q[2], fmaf(s[j].y, x.q[1], s[j].x * x.q[0])));
+  }
+  warp_sum_n<kRows>(o);
+}
+
+// kMulti = false: one token per sequence from and back to slot table[n * tab_s0] (decode).
+// kMulti = true: T tokens; the state starts at column accepted[n] - 1 and the state after token
+// t goes to column t (skipped where that id is <= 0). Either way a padding sequence (start slot
+// <= 0) writes zero output rows and touches no state.
+template <typename T, bool kMulti>
+__global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStepParams p) {
+  const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
+  const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
+  const int h = static_cast<int>(nh % p.H);
+  const int64_t n = nh / p.H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int v0 = tile * kTileV + warp * kRows;
+  if (v0 >= p.V) return;  // a warp past V (V not a multiple of kTileV); there are no barriers
+  const int steps = kMulti ? p.T : 1;
+  const int64_t acc = kMulti && p.accepted != nullptr ? load_index(p.accepted, p.acc64, n * p.acc_s0) : 1;
+  const int64_t start = load_index(p.table, p.tab64, n * p.tab_s0 + (acc - 1) * p.tab_s1);
+  T* out = static_cast<T*>(p.out);
+  const int64_t out_col = static_cast<int64_t>(h) * p.out_s1 + static_cast<int64_t>(v0 + lane) * p.out_s2;
+  const bool writes_out = lane < kRows && v0 + lane < p.V;  // lane j < kRows writes row v0 + j
+  if (start <= 0) {  // padding: zero output, no state read or written
+    if (writes_out)
+      for (int t = 0; t < steps; ++t) out[(n * steps + t) * p.out_s0 + out_col] = from_f32<T>(0.0f);
+    return;
+  }
+  const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot
+  const int64_t row0 = static_cast<int64_t>(v0) * (kK / 4) + lane;  // float4 index of this lane in row v0
+  // The state rows first: they are the bytes that matter, so they go out before anything else.
+  float4 s[kRows];
+  {
+    const float4* src = reinterpret_cast<const float4*>(p.pool + start * p.pool_s0 + head);
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) s[j] = v0 + j < p.V ? src[row0 + j * (kK / 4)] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  const float exp_a_log = expf(p.A_log[h * p.alog_s0]);
+  float dt[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) dt[i] = p.dt_bias[(static_cast<int64_t>(h) * kK + lane * kPerLane + i) * p.dt_s0];
+  TokenRaw cur = load_token<T>(p, n * steps, h, lane, v0);
+#pragma unroll 1
+  for (int t = 0; t < steps; ++t) {
+    const int64_t row = n * steps + t;
+    const int64_t dst = kMulti ? load_index(p.table, p.tab64, n * p.tab_s0 + t * p.tab_s1) : start;
+    TokenRaw next = cur;
+    if (kMulti && t + 1 < steps) next = load_token<T>(p, row + 1, h, lane, v0);  // in flight during this step
+    const TokenHead x = finish_token(cur, dt, exp_a_log, p);
+    float o[kRows];
+    token_step(s, x, o);
+    float mine = o[0];
+#pragma unroll
+    for (int j = 1; j < kRows; ++j)
+      if (lane == j) mine = o[j];
+    if (writes_out) out[row * p.out_s0 + out_col] = from_f32<T>(mine);
+    if (dst > 0) {
+      float4* d = reinterpret_cast<float4*>(p.pool + dst * p.pool_s0 + head);
+#pragma unroll
+      for (int j = 0; j < kRows; ++j)
+        if (v0 + j < p.V) d[row0 + j * (kK / 4)] = s[j];
+    }
+    cur = next;
+  }
+}
+
+// What both ops' `supports` check beyond the shared argument checks.
+inline Support token_steps_supports(const TensorView& pool, int64_t K, int64_t N, int64_t H, int64_t V) {
+  if (K != kK) return Support::no(str("K = ", kK, " only (a state row is one float4 per lane of a warp); got K = ", K));
+  if (reinterpret_cast<uintptr_t>(pool.data) % 16 != 0 || (pool.size(0) > 1 && pool.stride(0) % 4 != 0))
+    return Support::no("state_pool: slots 16-byte aligned (base address and slot stride a multiple of 4 floats)");
+  if (H > INT32_MAX || V > INT32_MAX || N > INT32_MAX) return Support::no("N, H and V must fit in int32");
+  const int64_t tiles = (V + kTileV - 1) / kTileV;
+  if (N * H * tiles > INT32_MAX) return Support::no(str("N * H * ceil(V / ", kTileV, ") must fit in int32 (grid size)"));
+  return Support::yes();
+}
+
+// The params both ops share; the caller sets table, accepted, their strides, N and T.
+template <typename Args>
+KdaStepParams token_steps_params(const Args& a) {
+  KdaStepParams p{};
+  p.out = a.out.data;
+  p.pool = static_cast<float*>(a.state_pool.data);
+  p.qkv = a.mixed_qkv.data;
+  p.raw_g = a.raw_g.data;
+  p.raw_beta = a.raw_beta.data;
+  p.A_log = static_cast<const float*>(a.A_log.data);
+  p.dt_bias = static_cast<const float*>(a.dt_bias.data);
+  p.out_s0 = a.out.stride(0); p.out_s1 = a.out.stride(1); p.out_s2 = a.out.stride(2);
+  p.qkv_s0 = a.mixed_qkv.stride(0);
+  p.g_s0 = a.raw_g.stride(0); p.g_s1 = a.raw_g.stride(1); p.g_s2 = a.raw_g.stride(2);
+  p.beta_s0 = a.raw_beta.stride(0); p.beta_s1 = a.raw_beta.stride(1);
+  p.alog_s0 = a.A_log.stride(0);
+  p.dt_s0 = a.dt_bias.stride(0);
+  p.pool_s0 = a.state_pool.stride(0);
+  p.H = static_cast<int>(a.raw_g.size(1));
+  p.V = static_cast<int>(a.out.size(2));
+  p.tiles = (p.V + kTileV - 1) / kTileV;
+  p.g_bf16 = a.raw_g.dtype == DType::bf16;
+  p.beta_bf16 = a.raw_beta.dtype == DType::bf16;
+  p.has_lb = a.lower_bound.has_value();
+  p.lb = a.lower_bound.value_or(0.0f);
+  return p;
+}
+
+// Launches the kernel over N * H * tiles CTAs for the out dtype (bf16 | f32).
+template <bool kMulti>
+void launch_token_steps(const KdaStepParams& p, DType dtype, Stream stream, const char* op, const char* name) {
+  if (p.N == 0) return;
+  const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
+  switch (dtype) {
+    case DType::f32: kda_token_steps_kernel<float, kMulti><<<blocks, kThreads, 0, as_cuda(stream)>>>(p); break;
+    case DType::bf16: kda_token_steps_kernel<__nv_bfloat16, kMulti><<<blocks, kThreads, 0, as_cuda(stream)>>>(p); break;
+    default: throw Error(str(op, ": no CUDA kernel for dtype ", dtype_name(dtype)));
+  }
+  KESTREL_LAUNCHED(name);
+}
+
+}  // namespace kestrel::ops::cuda::kda

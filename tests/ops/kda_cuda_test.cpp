@@ -1,0 +1,131 @@
+// KDA properties the matrix cannot see, on every available backend (the CUDA kernels are
+// checked against the CPU reference in the matrix): the conv ops in place (out = x) give the
+// bits of the out-of-place call; kda_recurrent with T = 1 and num_accepted 1 gives the bits of
+// kda_packed_decode on column 0 (decode and verify share one path, DESIGN.md rule 4); and each
+// CUDA KDA op is one launch (rule 6).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kestrel/core/tensor.h"
+#include "kestrel/ops/cuda_launches.h"
+#include "kestrel/ops/kda_conv1d_prefill.h"
+#include "kestrel/ops/kda_conv1d_update.h"
+#include "kestrel/ops/kda_packed_decode.h"
+#include "kestrel/ops/kda_recurrent.h"
+
+namespace kestrel {
+namespace {
+
+using ops::Backend;
+
+template <typename T>
+Tensor upload(const std::vector<T>& host, const Shape& shape, DType dt, Device dev) {
+  Tensor t = Tensor::empty(shape, dt, dev);
+  memcpy_bytes(t.data(), dev, host.data(), Device::cpu, host.size() * sizeof(T));
+  return t;
+}
+
+std::vector<float> random_f32(size_t n, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> download(const Tensor& t) {
+  std::vector<uint8_t> h(static_cast<size_t>(t.bytes()));
+  memcpy_bytes(h.data(), Device::cpu, t.data(), t.view().device, h.size());
+  return h;
+}
+
+// Launches made by the CUDA backend during f (0 on the CPU backend).
+template <typename F>
+uint64_t launches(Backend b, F&& f) {
+  const uint64_t before = b == Backend::cuda ? ops::cuda::launch_count() : 0;
+  f();
+  return b == Backend::cuda ? ops::cuda::launch_count() - before : 0;
+}
+
+class Kda : public testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    const ops::Support s = ops::backend_available(GetParam());
+    if (!s.ok) GTEST_SKIP() << "backend " << ops::backend_name(GetParam()) << ": " << s.reason;
+  }
+  Device dev() const { return ops::backend_device(GetParam()); }
+  uint64_t expected_launches() const { return GetParam() == Backend::cuda ? 1 : 0; }
+};
+
+TEST_P(Kda, Conv1dPrefillOutIsX) {
+  const int64_t C = 200, W = 4, R = 5, slots = 6;
+  const std::vector<int32_t> cu = {0, 1, 10, 10, 80, 83}, slot = {2, 5, 1, 3, 0}, init = {1, 0, 1, 1, 1};
+  const int64_t T = cu.back(), N = 5;
+  const auto x = random_f32(T * C, 1, -1, 1), st = random_f32(slots * R * C, 2, -1, 1), w = random_f32(C * W, 3, -1, 1);
+  Tensor xa = upload(x, {T, C}, DType::f32, dev()), xb = upload(x, {T, C}, DType::f32, dev());
+  Tensor sa = upload(st, {slots, R, C}, DType::f32, dev()), sb = upload(st, {slots, R, C}, DType::f32, dev());
+  Tensor wt = upload(w, {C, W}, DType::f32, dev()), out = Tensor::empty({T, C}, DType::f32, dev());
+  Tensor cut = upload(cu, {N + 1}, DType::i32, dev()), sl = upload(slot, {N}, DType::i32, dev()),
+         in = upload(init, {N}, DType::i32, dev());
+  ops::kda_conv1d_prefill(GetParam(), {out, sa, xa, wt, cut, sl, in});
+  EXPECT_EQ(launches(GetParam(), [&] { ops::kda_conv1d_prefill(GetParam(), {xb, sb, xb, wt, cut, sl, in}); }),
+            expected_launches());
+  device_sync();
+  EXPECT_EQ(download(out), download(xb));
+  EXPECT_EQ(download(sa), download(sb));
+}
+
+TEST_P(Kda, Conv1dUpdateOutIsX) {
+  const int64_t C = 300, W = 4, E = 3, R = W - 1 + E, N = 4, T = 3, slots = 7;
+  const std::vector<int64_t> slot = {3, -1, 6, 1}, acc = {1, 2, 4, 3};
+  const auto x = random_f32(N * T * C, 4, -1, 1), st = random_f32(slots * R * C, 5, -1, 1), w = random_f32(C * W, 6, -1, 1);
+  Tensor xa = upload(x, {N * T, C}, DType::f32, dev()), xb = upload(x, {N * T, C}, DType::f32, dev());
+  Tensor sa = upload(st, {slots, R, C}, DType::f32, dev()), sb = upload(st, {slots, R, C}, DType::f32, dev());
+  Tensor wt = upload(w, {C, W}, DType::f32, dev()), out = Tensor::empty({N * T, C}, DType::f32, dev());
+  Tensor sl = upload(slot, {N}, DType::i64, dev()), ac = upload(acc, {N}, DType::i64, dev());
+  ops::kda_conv1d_update(GetParam(), {out, sa, xa, wt, sl, ac});
+  EXPECT_EQ(launches(GetParam(), [&] { ops::kda_conv1d_update(GetParam(), {xb, sb, xb, wt, sl, ac}); }),
+            expected_launches());
+  device_sync();
+  EXPECT_EQ(download(out), download(xb));
+  EXPECT_EQ(download(sa), download(sb));
+}
+
+TEST_P(Kda, RecurrentOneTokenIsDecode) {
+  const int64_t H = 3, K = 128, V = 128, N = 5, S = 3, slots = N * S + 1, cols = 2 * H * K + H * V;
+  // Rows 1 and 3 are padding (0 and -1 in column 0); the other columns are live ids.
+  const std::vector<int32_t> table = {4, 9, 2, 0, 7, 8, 13, 1, 3, -1, 5, 6, 10, 11, 12};
+  const std::vector<int32_t> acc(N, 1);
+  const auto qkv = random_f32(N * cols, 7, -1, 1), g = random_f32(N * H * K, 8, -4, 2),
+             beta = random_f32(N * H, 9, -3, 3), alog = random_f32(H, 10, -1, 1), dt = random_f32(H * K, 11, -1, 1),
+             pool = random_f32(slots * H * V * K, 12, -0.5f, 0.5f);
+  Tensor q = upload(qkv, {N, cols}, DType::f32, dev()), gt = upload(g, {N, H, K}, DType::f32, dev()),
+         bt = upload(beta, {N, H}, DType::f32, dev()), at = upload(alog, {H}, DType::f32, dev()),
+         dtt = upload(dt, {H * K}, DType::f32, dev()), tab = upload(table, {N, S}, DType::i32, dev()),
+         act = upload(acc, {N}, DType::i32, dev());
+  for (const std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+    Tensor pa = upload(pool, {slots, H, V, K}, DType::f32, dev()), pb = upload(pool, {slots, H, V, K}, DType::f32, dev());
+    Tensor oa = Tensor::empty({N, H, V}, DType::f32, dev()), ob = Tensor::empty({N, H, V}, DType::f32, dev());
+    ops::KdaPackedDecodeArgs d{oa, pa, q, gt, bt, at, dtt, tab.view().select(1, 0), lb};
+    ops::KdaRecurrentArgs r{ob, pb, q, gt, bt, at, dtt, tab.view(), act, lb};
+    EXPECT_EQ(launches(GetParam(), [&] { ops::kda_packed_decode(GetParam(), d); }), expected_launches());
+    EXPECT_EQ(launches(GetParam(), [&] { ops::kda_recurrent(GetParam(), r); }), expected_launches());
+    device_sync();
+    EXPECT_EQ(download(oa), download(ob)) << (lb ? "lb" : "softplus");
+    EXPECT_EQ(download(pa), download(pb)) << (lb ? "lb" : "softplus");
+    // Padding rows are exactly zero.
+    const auto o = download(oa);
+    std::vector<uint8_t> zeros(static_cast<size_t>(H * V * 4), 0);
+    for (int64_t n : {1, 3})
+      EXPECT_EQ(std::memcmp(o.data() + n * H * V * 4, zeros.data(), zeros.size()), 0) << "row " << n;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(, Kda, testing::Values(Backend::cpu, Backend::cuda),
+                         [](const testing::TestParamInfo<Backend>& i) { return ops::backend_name(i.param); });
+
+}  // namespace
+}  // namespace kestrel
