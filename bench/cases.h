@@ -14,6 +14,7 @@ void add_fp8_quantize_benches(Registry& r);
 void add_fp8_dequantize_benches(Registry& r);
 void add_gemm_benches(Registry& r);
 void add_kda_benches(Registry& r);  // bench/kda_benches.cpp: every KDA op
+void add_mla_attention_benches(Registry& r);
 
 inline void add_all_benches(Registry& r) {
   add_rms_norm_benches(r);
@@ -24,6 +25,7 @@ inline void add_all_benches(Registry& r) {
   add_fp8_dequantize_benches(r);
   add_gemm_benches(r);
   add_kda_benches(r);
+  add_mla_attention_benches(r);
 }
 
 }  // namespace kestrel::bench

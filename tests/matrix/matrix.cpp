@@ -429,6 +429,7 @@ const std::vector<Case>& all_cases(Size size) {
     add_gemm_cases(r, size);
     add_kda_cases(r, size);
     add_mla_cases(r, size);
+    add_mla_attention_cases(r, size);
     // Every case ID is unique: a duplicate would hide a case from filters and replays.
     std::vector<std::string> ids;
     for (const Case& c : r) ids.push_back(c.id);

@@ -123,6 +123,7 @@ void add_fp8_quantize_cases(Registry& r, Size size);
 void add_fp8_dequantize_cases(Registry& r, Size size);
 void add_gemm_cases(Registry& r, Size size);
 void add_kda_cases(Registry& r, Size size);  // every KDA op (tests/matrix/cases/kda*.cpp)
-void add_mla_cases(Registry& r, Size size);  // every MLA cache/prepare op (tests/matrix/cases/mla*.cpp)
+void add_mla_cases(Registry& r, Size size);  // every MLA cache/prepare op (tests/matrix/cases/mla.cpp)
+void add_mla_attention_cases(Registry& r, Size size);
 
 }  // namespace kestrel::matrix

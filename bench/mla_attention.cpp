@@ -1,0 +1,74 @@
+// mla_attention benchmarks: absorbed MLA over the paged cache (page_size 64) for decode
+// (q_len 1) and target verify (q_len 2, 4, 8), B sequences of one context length each, at the
+// head counts of Kimi-Linear (32) and K3-class per-GPU shapes (128), bf16 and fp8 caches.
+// Bytes: the KV rows read (B * ctx * 576 * element size) + q + o; FLOPs: 2 * H * (576 + 512)
+// per attended key per query (bottom-right causal: query i of n attends ctx - n + i + 1 keys).
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "cases.h"
+#include "kestrel/core/device.h"
+#include "kestrel/ops/mla_attention.h"
+
+namespace kestrel::bench {
+
+namespace {
+constexpr int64_t kPage = 64;
+}
+
+void add_mla_attention_benches(Registry& r) {
+  for (const DType dt : {DType::bf16, DType::fp8_e4m3}) {
+    for (const int64_t H : {32, 128}) {
+      for (const int64_t q_len : {1, 2, 4, 8}) {
+        for (const int64_t B : {1, 8, 32, 128}) {
+          for (const int64_t ctx : {1024, 8192, 32768}) {
+            const int64_t Tq = B * q_len, max_pages = (ctx + kPage - 1) / kPage;
+            const int64_t num_pages = 1 + B * max_pages;  // page 0 is the sink
+            Case c;
+            c.name = str("mla_attention/", q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H,
+                         "-", dtype_name(dt));
+            c.buffers = {{"o", DType::bf16, {Tq, H, ops::kMlaNope}},
+                         {"lse", DType::f32, {Tq, H}},
+                         {"q", DType::bf16, {Tq, H, ops::kMlaRow}},
+                         {"cache", dt, {num_pages, kPage, ops::kMlaRow}},
+                         // Random live pages: non-contiguous like a real pool (repeats are harmless).
+                         {"block_table", DType::i32, {B, max_pages}, Fill::ints(1, num_pages - 1)},
+                         {"seq_lens", DType::i32, {B}, Fill::ints(ctx, ctx)},
+                         // Cumulative offsets cannot come from a random fill: written on first use.
+                         {"q_start", DType::i32, {B + 1}, Fill::ints(0, 0)}};
+            const double keys = static_cast<double>(B) * (q_len * ctx - q_len * (q_len - 1) / 2);
+            c.bytes = static_cast<double>(B) * ctx * ops::kMlaRow * static_cast<double>(dtype_size(dt)) +
+                      tensor_bytes(DType::bf16, {Tq, H, ops::kMlaRow}) + tensor_bytes(DType::bf16, {Tq, H, ops::kMlaNope});
+            c.flops = 2.0 * static_cast<double>(H) * (ops::kMlaRow + ops::kMlaNope) * keys;
+            // The harness runs every rotation set once before timing (no capture yet), so the
+            // offsets are in place before any timed or captured launch.
+            auto ready = std::make_shared<std::set<void*>>();
+            c.run = [ready, B, q_len, dt](const std::vector<TensorView>& b, Stream s) {
+              if (ready->insert(b[6].data).second) {
+                std::vector<int32_t> starts(static_cast<size_t>(B + 1));
+                for (int64_t i = 0; i <= B; ++i) starts[i] = static_cast<int32_t>(i * q_len);
+                device_sync();  // the fills run on the device before this copy replaces them
+                memcpy_bytes(b[6].data, Device::cuda, starts.data(), Device::cpu, starts.size() * sizeof(int32_t));
+              }
+              ops::MlaAttentionArgs a;
+              a.o = b[0];
+              a.lse = b[1];
+              a.q = b[2];
+              a.cache = b[3];
+              a.block_table = b[4];
+              a.seq_lens = b[5];
+              a.q_start = b[6];
+              a.softmax_scale = 0.0721687836f;  // 192^-0.5 (Kimi MLA)
+              a.kv_scale = dt == DType::fp8_e4m3 ? 0.5f : 1.0f;
+              ops::mla_attention(ops::Backend::cuda, a, s);
+            };
+            r.add(std::move(c));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace kestrel::bench

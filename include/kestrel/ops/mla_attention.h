@@ -1,0 +1,48 @@
+// mla_attention: MLA attention in the absorbed form (MQA, one latent KV head of 576, V = the
+// first 512 values of the same cache row) over the paged cache, for decode (q_len 1), target
+// verify (q_len 1 + drafts) and short extends, bottom-right causal. Spec:
+// docs/ops/mla_attention.md.
+#pragma once
+
+#include "kestrel/ops/backend.h"
+#include "kestrel/ops/mla_write_kv.h"  // kMlaNope, kMlaPe, kMlaRow
+
+namespace kestrel::ops {
+
+struct MlaAttentionArgs {
+  TensorView o;            // [Tq, H, 512] bf16, any strides
+  TensorView lse;          // optional [Tq, H] f32, any strides: ln(sum_j exp(score_j)), natural log
+  TensorView q;            // [Tq, H, 576] bf16, any strides
+  TensorView cache;        // [num_pages, page_size, 576] bf16 | fp8_e4m3; rows contiguous
+                           // (stride(2) == 1), any page and row strides
+  TensorView block_table;  // [B, max_pages] i32, any strides: page of KV position p of sequence b
+                           // = block_table[b, p / page_size]
+  TensorView seq_lens;     // [B] i32, any stride: L_b, KV positions of sequence b (new tokens included)
+  TensorView q_start;      // [B + 1] i32, any stride: queries of b are tokens q_start[b] .. q_start[b+1]-1;
+                           // q_start[0] == 0, non-decreasing, q_start[B] == Tq
+  float softmax_scale = 0; // score = softmax_scale * q . k, > 0 and finite
+  float kv_scale = 1.0f;   // fp8 cache: value = dec(byte) * kv_scale (> 0, finite); bf16: must be 1
+};
+
+void mla_attention_check(const MlaAttentionArgs& a);
+Support mla_attention_supports(Backend b, const MlaAttentionArgs& a);
+// Checks, asks the backend, runs. Throws kestrel::Error on bad input or an unsupported call.
+void mla_attention(Backend b, const MlaAttentionArgs& a, Stream stream = nullptr);
+
+// The CUDA split count (a pure function, documented in docs/ops/mla_attention.md): how many
+// KV splits per (sequence, query-row tile) so that `batch * row_tiles` CTAs, times the splits,
+// fill `num_sms` one CTA each, without splits shorter than kMlaAttentionMinSplitKeys keys of
+// the planning length `kv_len` (the block table's capacity max_pages * page_size).
+inline constexpr int64_t kMlaAttentionMinSplitKeys = 256;
+inline constexpr int64_t kMlaAttentionMaxSplits = 256;
+int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
+
+namespace cpu {
+void mla_attention(const MlaAttentionArgs& a);
+}
+namespace cuda {
+Support mla_attention_supports(const MlaAttentionArgs& a);
+void mla_attention(const MlaAttentionArgs& a, Stream stream);
+}  // namespace cuda
+
+}  // namespace kestrel::ops

@@ -1,0 +1,628 @@
+// mla_attention, CUDA (sm_90a): split-KV flash decoding for the absorbed MLA form, with
+// mma.sync bf16 tensor-core tiles. UNVERIFIED ON HARDWARE until the next scripts/gpu-check.
+//
+// Work split. A sequence b has n queries and H heads: n * H query rows, row r = qi * H + h
+// (token q_start[b] + qi, head h). Rows are cut into tiles of kRows = 64; every row of a tile
+// shares the one latent KV head, so one pass over the KV serves 64 rows (all 32 heads of two
+// verify tokens, or half of 128 heads). The KV positions 0 .. L-1 are cut into `splits`
+// contiguous chunks (a multiple of kKeys each; the count from mla_attention_num_splits, a pure
+// function of B, the row tiles and the block table's capacity, so that small batches with long
+// contexts still fill the SMs). One CTA per (row tile, split, sequence): grid (row_tiles_plan,
+// splits, B), where row_tiles_plan covers ceil(Tq / B) queries; a CTA loops over row tiles
+// mt = blockIdx.x, + gridDim.x, ... so longer ragged sequences are still covered. With one
+// split the CTA writes o and lse directly; otherwise it writes a partial (o normalised, f32;
+// lse in base 2) to a workspace (cudaMallocAsync on the stream) and a combine kernel merges
+// the splits: one CTA of 128 threads per (token, head), 4 output values per thread.
+//
+// The CTA (8 warps). Warp w owns row group rg = w & 3 (16 rows) and half hf = w >> 2. Per KV
+// tile of kKeys = 32 positions:
+//   S phase: S[16 rows, 16 keys] = Q K^T for keys hf*16 .. +15, m16n8k16 over 36 k-steps of
+//            the 576 features, A (Q) and B (K) by ldmatrix from shared memory;
+//   softmax: scores masked (beyond the split, beyond the causal limit of the row, padded
+//            rows), scaled to base 2 (softmax_scale * kv_scale * log2 e); the row max over 32
+//            keys is exchanged with the partner warp w ^ 4 through red_max; both warps then
+//            hold identical running maxima m (fmaxf is symmetric), rescale their O halves and
+//            their partial row sums l by exp2(m_old - m_new);
+//   P:       p = exp2(s - m) in f32, stored as p_hi = bf16(p) and p_lo = bf16(p - p_hi), so
+//            the product with V keeps ~16 bits of p (relative error <= 2^-17), not 8;
+//   PV:      O[16 rows, 256 values hf*256 ..] += P_hi V + P_lo V over the 32 keys, V the first
+//            512 values of the same cache rows (ldmatrix.trans), O in 128 f32 registers.
+// At the end the partial row sums of the two warps of a row group are added through red_sum.
+// A row with no key (empty split, causal limit before the split, L = 0) keeps m = -inf, l = 0
+// and gives o = 0, lse = -inf: exponents use m_use = 0 when m = -inf, so no inf - inf.
+//
+// Shared memory (dynamic, 179,456 B, one CTA per SM): Q [64][584] bf16 (74,752 B), KV two
+// stages [32][584] bf16 (2 x 37,376 B), P_hi and P_lo [64][40] bf16 (2 x 5,120 B), red_max,
+// red_sum [2][64] and lse_tile [64] f32, and for fp8 the raw tile in flight [32][576] bytes
+// (18,432 B). Rows are padded by 8 elements (16 B) so that the 8 row addresses of every
+// ldmatrix phase fall 4 banks apart (pitch 1,168 B = 292 words; P pitch 80 B = 20 words): no
+// bank conflicts. Pad columns are never read. At the end of a row tile the output is staged
+// in the Q + KV region ([64][520] bf16, or f32 partials) and written with 16-byte stores.
+//
+// Pipeline and barriers, per KV tile j (stage st = j & 1):
+//   (A) bf16: wait for this thread's cp.async of tile j. __syncthreads: tile j (and Q) are
+//       visible to all, and every reader of stage st ^ 1 (the PV of tile j - 1) is done.
+//       Prefetch tile j + 1: bf16 by cp.async (16 B) straight into stage st ^ 1; fp8 by
+//       cp.async (8 B) into `raw`, and after the PV of tile j the same thread waits for its own
+//       copies, loads its chunks of `raw` into registers, dequantises them (e4m3 -> bf16 is
+//       exact) and stores them into stage st ^ 1, which nobody reads before (A) of j + 1.
+//       `raw` is private per chunk to one thread (the same chunk -> thread map everywhere),
+//       so it needs no barrier, only that thread's wait_group.
+//   S phase, write red_max; (X) __syncthreads; read the partner's max, write P_hi / P_lo;
+//   (B) __syncthreads; PV phase (reads P and stage st).
+// red_max of tile j + 1 is written after (A) of j + 1, after every read of tile j's (before
+// (B) of j); P of tile j + 1 is written after (X) of j + 1, after the PV of tile j (before (A)
+// of j + 1). After the last tile: red_sum written, __syncthreads (every Q / KV reader done, no
+// copy in flight), staging written, __syncthreads, staging read out. A new row tile starts
+// with a __syncthreads, after every reader of the last one (staging, lse_tile included).
+// Positions beyond the split's end (a partial last tile) are zero-filled, so masked keys meet
+// finite V (0 * V must be 0, not NaN). A page outside [0, num_pages) is never read: its rows
+// are filled with NaN, so a bad block table shows as NaN, not as someone else's data.
+//
+// Bytes per query row: 576 x 2 (q) + 512 x 2 (o) + 4 (lse); per KV position 1,152 (bf16) or
+// 576 (fp8), read once per row tile (64 rows) and split; 2 x 64 x 512 x 4 B of partials per
+// (row tile, split) when split.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "common.cuh"
+#include "kestrel/ops/mla_attention.h"
+
+namespace kestrel::ops::cuda {
+
+namespace {
+
+constexpr int kRows = 64;                // query rows per CTA tile
+constexpr int kKeys = 32;                // KV positions per shared-memory tile
+constexpr int kThreads = 256;            // 8 warps
+constexpr int kDqk = 576, kDv = 512;
+constexpr int kLd = kDqk + 8;            // Q / KV row pitch in elements (1,168 B)
+constexpr int kPLd = kKeys + 8;          // P row pitch in elements (80 B)
+constexpr int kChunks = kDqk / 8;        // 8-element chunks per row
+constexpr int kKvPerThread = kKeys * kChunks / kThreads;  // 9
+constexpr int kQPerThread = kRows * kChunks / kThreads;   // 18
+constexpr int kKSteps = kDqk / 16;       // 36 k-steps of the QK product
+constexpr int kONb = kDv / 2 / 8;        // 32 n-blocks of 8 values in a warp's half of O
+static_assert(kKeys * kChunks % kThreads == 0 && kRows * kChunks % kThreads == 0);
+static_assert(kRows == 4 * 16 && kKeys == 2 * 16 && kThreads == 8 * 32, "warp roles assume 4 x 2 warps");
+static_assert((kLd * 2) % 16 == 0 && (kPLd * 2) % 16 == 0, "ldmatrix rows must be 16-byte aligned");
+
+struct Smem {
+  uint16_t q[kRows * kLd];
+  uint16_t kv[2][kKeys * kLd];
+  uint16_t p_hi[kRows * kPLd];
+  uint16_t p_lo[kRows * kPLd];
+  float red_max[2][kRows];
+  float red_sum[2][kRows];
+  float lse_tile[kRows];
+  uint8_t raw[kKeys * kDqk];  // fp8 only: the tile in flight, as stored
+};
+static_assert(sizeof(Smem) == 179456, "the design note states the shared-memory size");
+// The output staging tile [64][520] (bf16, or f32 partials) reuses q and kv, contiguous in Smem.
+constexpr int kStageLd = kDv + 8;
+static_assert(kRows * kStageLd * sizeof(float) <= sizeof(Smem::q) + sizeof(Smem::kv), "staging fits in q + kv");
+
+struct MlaAttentionParams {
+  const uint16_t* q;             // [Tq, H, 576] bf16 bits
+  int64_t q_s0, q_s1, q_s2;      // elements
+  const uint8_t* cache;          // [num_pages, page_size, 576] bf16 | fp8 bytes
+  int64_t page_bytes, row_bytes; // strides in bytes (multiples of 16)
+  const int32_t* block_table;    // [B, max_pages]
+  int64_t bt_s0, bt_s1;
+  const int32_t* seq_lens;       // [B]
+  int64_t sl_s0;
+  const int32_t* q_start;        // [B + 1]
+  int64_t qs_s0;
+  uint16_t* o;                   // [Tq, H, 512] bf16 bits
+  int64_t o_s0, o_s1, o_s2;
+  float* lse;                    // [Tq, H] natural log, or nullptr
+  int64_t lse_s0, lse_s1;
+  float* ws_o;                   // [splits, Tq * H, 512] normalised partial o (splits > 1)
+  float* ws_lse;                 // [splits, Tq * H] base-2 partial lse (splits > 1)
+  int64_t Tq;
+  int H, num_pages, page_size, max_pages, splits;
+  float scale_log2;              // softmax_scale * kv_scale * log2(e)
+  float out_scale;               // kv_scale
+  bool q_vec, o_vec;             // 16-byte q / o chunks allowed
+};
+
+constexpr float kLn2 = 0.693147180559945309f;
+constexpr float kLog2e = 1.442695040888963407f;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// c[16x8] += a[16x16] b[16x8], bf16 in, f32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower 16 bits) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two e4m3 bytes (first in the low byte) -> two bf16 (first in the low half). Exact: every
+// e4m3 value, subnormals and NaN included, is a bf16 value (via f16, also exact).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  const float2 f = __half22float2(__half2(hr));
+  return pack_bf16(f.x, f.y);
+}
+
+// Cache row of KV position `pos` of sequence b: its bytes, or nullptr with `nan` set when the
+// block table names a page outside the cache.
+__device__ __forceinline__ const uint8_t* kv_row(const MlaAttentionParams& p, int b, int pos, bool& nan) {
+  const int64_t page = p.block_table[b * p.bt_s0 + (pos / p.page_size) * p.bt_s1];
+  nan = page < 0 || page >= p.num_pages;
+  return nan ? nullptr : p.cache + page * p.page_bytes + (pos % p.page_size) * p.row_bytes;
+}
+
+// KV tile at `tile_begin` (positions < kv_end are data, others zero) into `dst` [32][584] bf16.
+// Chunk c = tid + i * 256 is 8 elements: position c / 72, elements (c % 72) * 8 .. + 7.
+// bf16: cp.async of 16 bytes straight into `dst`. fp8: cp.async of 8 bytes into `raw`
+// [32][576] bytes, dequantised into `dst` later by dequant_fp8 in the same thread (a thread
+// only ever touches its own chunks of `raw`, so only its own wait_group orders them).
+// One commit group per tile.
+template <bool kFp8>
+__device__ __forceinline__ void fetch_kv(const MlaAttentionParams& p, int b, int tile_begin, int kv_end, uint16_t* dst,
+                                         uint8_t* raw) {
+#pragma unroll
+  for (int i = 0; i < kKvPerThread; ++i) {
+    const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int key = c / kChunks, col = (c % kChunks) * 8;
+    const int pos = tile_begin + key;
+    bool nan = false;
+    const uint8_t* row = pos < kv_end ? kv_row(p, b, pos, nan) : nullptr;
+    if constexpr (kFp8) {
+      uint8_t* d = raw + key * kDqk + col;
+      if (row) {
+        cp_async_8(smem_u32(d), row + col);
+      } else {
+        const uint32_t fill = nan ? 0x7f7f7f7fu : 0u;  // e4m3 NaN, or zeros
+        *reinterpret_cast<uint2*>(d) = make_uint2(fill, fill);
+      }
+    } else {
+      uint16_t* d = dst + key * kLd + col;
+      if (row) {
+        cp_async_16(smem_u32(d), row + col * 2);
+      } else {
+        const uint32_t fill = nan ? 0x7fc07fc0u : 0u;  // bf16 NaN, or zeros
+        *reinterpret_cast<uint4*>(d) = make_uint4(fill, fill, fill, fill);
+      }
+    }
+  }
+  cp_async_commit();
+}
+
+// fp8: waits for this thread's copies of the tile and widens its chunks of `raw` into `dst`.
+__device__ __forceinline__ void dequant_fp8(uint16_t* dst, const uint8_t* raw) {
+  cp_async_wait_all();
+#pragma unroll 1
+  for (int i = 0; i < kKvPerThread; ++i) {
+    const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int key = c / kChunks, col = (c % kChunks) * 8;
+    const uint2 w = *reinterpret_cast<const uint2*>(raw + key * kDqk + col);
+    const uint4 v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16),
+                               fp8x2_to_bf16x2(w.y & 0xffffu), fp8x2_to_bf16x2(w.y >> 16));
+    *reinterpret_cast<uint4*>(dst + key * kLd + col) = v;
+  }
+}
+
+// Q rows r0 .. r0 + 63 of sequence b (token qb + r / H, head r % H) into sm.q; rows at or past
+// rows_b are zero.
+__device__ __forceinline__ void load_q(const MlaAttentionParams& p, uint16_t* sq, int qb, int r0, int rows_b) {
+#pragma unroll 6
+  for (int i = 0; i < kQPerThread; ++i) {
+    const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int row = c / kChunks, col = (c % kChunks) * 8;
+    const int r = r0 + row;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < rows_b) {
+      const uint16_t* src = p.q + static_cast<int64_t>(qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 +
+                            col * p.q_s2;
+      if (p.q_vec) {
+        v = __ldg(reinterpret_cast<const uint4*>(src));
+      } else {
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          w[k] = static_cast<uint32_t>(src[(2 * k) * p.q_s2]) | static_cast<uint32_t>(src[(2 * k + 1) * p.q_s2]) << 16;
+        v = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    *reinterpret_cast<uint4*>(sq + row * kLd + col) = v;
+  }
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int g = lane >> 2, tq = lane & 3;   // mma fragment row (g, g + 8) and column pair (2 tq)
+  const int rg = warp & 3, hf = warp >> 2;  // row group; key half (S) = value half (PV)
+  const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
+
+  // Sequence metadata. Bad offsets leave the sequence's rows unwritten (never out of bounds);
+  // a bad length writes NaN rows. Every branch here is uniform over the CTA.
+  // Positions and rows fit in int: the host checks max_pages * page_size and Tq * H.
+  const int qb = p.q_start[b * p.qs_s0], qe = p.q_start[(b + 1) * p.qs_s0];
+  if (qb < 0 || qe < qb || qe > p.Tq) return;
+  const int n = qe - qb, L = p.seq_lens[b * p.sl_s0];
+  const bool bad_len = L < 0 || static_cast<int64_t>(L) > static_cast<int64_t>(p.max_pages) * p.page_size;
+  const int rows_b = n * p.H, row_tiles = (rows_b + kRows - 1) / kRows;
+  const int chunk = bad_len ? 0 : ((L + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
+  const int begin = split * chunk, end = bad_len ? 0 : min(L, begin + chunk);
+
+  for (int mt = static_cast<int>(blockIdx.x); mt < row_tiles; mt += static_cast<int>(gridDim.x)) {
+    __syncthreads();  // the previous row tile's readers of q, kv, P and red_* are done
+    const int r0 = mt * kRows;
+    const int rows_here = min(kRows, rows_b - r0);
+    const bool active = rg * 16 < rows_here;  // warp-uniform: the row group holds live rows
+    // Causal limit (keys < lim) of this thread's rows g and g + 8; 0 for padded rows.
+    int lim[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int r = r0 + rg * 16 + g + 8 * k;
+      lim[k] = r < rows_b ? L - n + r / p.H + 1 : 0;
+    }
+    const int kv_end = min(end, L - n + (r0 + rows_here - 1) / p.H + 1);  // the last row's limit
+    const int ntiles = kv_end > begin ? (kv_end - begin + kKeys - 1) / kKeys : 0;
+
+    if (ntiles > 0) {
+      fetch_kv<kFp8>(p, b, begin, kv_end, sm.kv[0], sm.raw);
+      if constexpr (kFp8) dequant_fp8(sm.kv[0], sm.raw);
+      load_q(p, sm.q, qb, r0, rows_b);
+    }
+
+    float acc[kONb][4];
+#pragma unroll
+    for (int nb = 0; nb < kONb; ++nb) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int j = 0; j < ntiles; ++j) {
+      const int st = j & 1;
+      const int tile_begin = begin + j * kKeys;
+      if constexpr (!kFp8) cp_async_wait_all();
+      __syncthreads();  // (A)
+      if (j + 1 < ntiles) fetch_kv<kFp8>(p, b, tile_begin + kKeys, kv_end, sm.kv[st ^ 1], sm.raw);
+
+      float x[2][4];  // scores of keys hf*16 + nb*8 + 2tq + (e & 1), rows g + 8 (e >> 1), base 2
+      float mx[2] = {-INFINITY, -INFINITY};
+      if (active) {
+        float s[2][4] = {};
+        const uint32_t a_addr = smem_u32(sm.q + (rg * 16 + (lane & 15)) * kLd + (lane >> 4) * 8);
+        const uint32_t b_addr =
+            smem_u32(sm.kv[st] + (hf * 16 + (lane & 7) + ((lane >> 4) << 3)) * kLd + ((lane >> 3) & 1) * 8);
+#pragma unroll 2
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          uint32_t a[4], bk[4];
+          ldmatrix_x4(a, a_addr + kk * 32);
+          ldmatrix_x4(bk, b_addr + kk * 32);
+          mma_bf16(s[0], a, bk[0], bk[1]);
+          mma_bf16(s[1], a, bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = tile_begin + hf * 16 + nb * 8 + 2 * tq + (e & 1);
+            const bool ok = key < kv_end && key < lim[e >> 1];
+            x[nb][e] = ok ? s[nb][e] * p.scale_log2 : -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x[nb][e]);
+          }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+        }
+        if (tq == 0) {
+          sm.red_max[hf][rg * 16 + g] = mx[0];
+          sm.red_max[hf][rg * 16 + g + 8] = mx[1];
+        }
+      }
+      __syncthreads();  // (X)
+      if (active) {
+        float m_use[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const float m_new = fmaxf(m[k], fmaxf(mx[k], sm.red_max[hf ^ 1][rg * 16 + g + 8 * k]));
+          m_use[k] = m_new == -INFINITY ? 0.0f : m_new;
+          const float alpha = exp2f(m[k] - m_use[k]);  // 0 while nothing was attended
+          m[k] = m_new;
+          l[k] *= alpha;
+#pragma unroll
+          for (int nb = 0; nb < kONb; ++nb) {
+            acc[nb][2 * k] *= alpha;
+            acc[nb][2 * k + 1] *= alpha;
+          }
+        }
+#pragma unroll
+        for (int nb = 0; nb < 2; ++nb)
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            const float p0 = exp2f(x[nb][2 * k] - m_use[k]), p1 = exp2f(x[nb][2 * k + 1] - m_use[k]);
+            l[k] += p0 + p1;
+            const uint32_t hi = pack_bf16(p0, p1);
+            const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
+            const uint32_t lo = pack_bf16(p0 - h0, p1 - h1);
+            const int at = (rg * 16 + g + 8 * k) * kPLd + hf * 16 + nb * 8 + 2 * tq;
+            *reinterpret_cast<uint32_t*>(sm.p_hi + at) = hi;
+            *reinterpret_cast<uint32_t*>(sm.p_lo + at) = lo;
+          }
+      }
+      __syncthreads();  // (B)
+      if (active) {
+        const int prow = (rg * 16 + (lane & 15)) * kPLd + (lane >> 4) * 8;
+        const uint32_t ph_addr = smem_u32(sm.p_hi + prow), pl_addr = smem_u32(sm.p_lo + prow);
+        const uint32_t v_addr =
+            smem_u32(sm.kv[st] + ((lane & 7) + ((lane >> 3) & 1) * 8) * kLd + hf * (kDv / 2) + (lane >> 4) * 8);
+#pragma unroll
+        for (int ks = 0; ks < kKeys / 16; ++ks) {
+          uint32_t ah[4], al[4];
+          ldmatrix_x4(ah, ph_addr + ks * 32);
+          ldmatrix_x4(al, pl_addr + ks * 32);
+#pragma unroll
+          for (int np = 0; np < kONb / 2; ++np) {
+            uint32_t bv[4];
+            ldmatrix_x4_trans(bv, v_addr + (ks * 16 * kLd + np * 16) * 2);
+            mma_bf16(acc[2 * np], ah, bv[0], bv[1]);
+            mma_bf16(acc[2 * np], al, bv[0], bv[1]);
+            mma_bf16(acc[2 * np + 1], ah, bv[2], bv[3]);
+            mma_bf16(acc[2 * np + 1], al, bv[2], bv[3]);
+          }
+        }
+      }
+      if constexpr (kFp8) {
+        if (j + 1 < ntiles) dequant_fp8(sm.kv[st ^ 1], sm.raw);
+      }
+    }
+
+    // Row sums: the quad's partial sums, then the partner warp's half of the keys.
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 1);
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
+    }
+    if (active && tq == 0) {
+      sm.red_sum[hf][rg * 16 + g] = l[0];
+      sm.red_sum[hf][rg * 16 + g + 8] = l[1];
+    }
+    __syncthreads();
+    // Normalise into a staging tile in the Q / KV region (all of its readers finished before
+    // the barrier above; no cp.async is in flight), then write rows out with coalesced stores.
+    if (active) {
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        const int local = rg * 16 + g + 8 * k;
+        const float l_tot = l[k] + sm.red_sum[hf ^ 1][local];  // a + b == b + a: both warps agree
+        float scale, lse2;
+        if (bad_len) {
+          scale = lse2 = NAN;
+        } else if (l_tot > 0.0f || l_tot != l_tot) {
+          scale = p.out_scale / l_tot;
+          lse2 = m[k] + log2f(l_tot);
+        } else {  // nothing attended
+          scale = 0.0f;
+          lse2 = -INFINITY;
+        }
+        if (hf == 0 && tq == 0) sm.lse_tile[local] = lse2;
+#pragma unroll
+        for (int nb = 0; nb < kONb; ++nb) {
+          const int d = hf * (kDv / 2) + nb * 8 + 2 * tq;
+          const float v0 = acc[nb][2 * k] * scale, v1 = acc[nb][2 * k + 1] * scale;
+          if (p.splits == 1) {
+            *reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(sm.q) + local * kStageLd + d) = pack_bf16(v0, v1);
+          } else {
+            *reinterpret_cast<float2*>(reinterpret_cast<float*>(sm.q) + local * kStageLd + d) = make_float2(v0, v1);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (p.splits == 1) {
+      const uint16_t* stage = reinterpret_cast<const uint16_t*>(sm.q);
+      for (int c = tid; c < rows_here * (kDv / 8); c += kThreads) {
+        const int local = c / (kDv / 8), d = (c % (kDv / 8)) * 8;
+        const int r = r0 + local;
+        uint16_t* orow = p.o + static_cast<int64_t>(qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
+        const uint4 v = *reinterpret_cast<const uint4*>(stage + local * kStageLd + d);
+        if (p.o_vec) {
+          *reinterpret_cast<uint4*>(orow + d) = v;
+        } else {
+          const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int e = 0; e < 8; ++e) orow[(d + e) * p.o_s2] = static_cast<uint16_t>(w[e / 2] >> (16 * (e % 2)));
+        }
+      }
+      if (p.lse) {
+        for (int local = tid; local < rows_here; local += kThreads) {
+          const int r = r0 + local;
+          p.lse[static_cast<int64_t>(qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] =
+              sm.lse_tile[local] * kLn2;
+        }
+      }
+    } else {
+      const float* stage = reinterpret_cast<const float*>(sm.q);
+      const int64_t grow0 = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(qb) * p.H + r0;
+      for (int c = tid; c < rows_here * (kDv / 4); c += kThreads) {
+        const int local = c / (kDv / 4), d = (c % (kDv / 4)) * 4;
+        *reinterpret_cast<float4*>(p.ws_o + (grow0 + local) * kDv + d) =
+            *reinterpret_cast<const float4*>(stage + local * kStageLd + d);
+      }
+      for (int local = tid; local < rows_here; local += kThreads) p.ws_lse[grow0 + local] = sm.lse_tile[local];
+    }
+  }
+}
+
+// Merges the splits of one (token, head) row: weights exp2(lse_s - max), o = sum w o_s / sum w,
+// lse = (max + log2(sum w)) ln 2. A NaN partial gives NaN; no attended key gives 0 and -inf.
+constexpr int kCombineThreads = kDv / 4;
+__global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(const __grid_constant__ MlaAttentionParams p) {
+  const int64_t rows = p.Tq * p.H, row = blockIdx.x;
+  const int64_t t = row / p.H, h = row % p.H;
+  const int d = static_cast<int>(threadIdx.x) * 4;
+  float mx = -INFINITY;
+  bool nan = false;
+  for (int s = 0; s < p.splits; ++s) {
+    const float x = p.ws_lse[s * rows + row];
+    nan |= x != x;
+    mx = fmaxf(mx, x);
+  }
+  float o[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lse = -INFINITY;
+  if (nan) {
+    o[0] = o[1] = o[2] = o[3] = lse = NAN;
+  } else if (mx != -INFINITY) {
+    float sum = 0.0f;
+    for (int s = 0; s < p.splits; ++s) {
+      const float w = exp2f(p.ws_lse[s * rows + row] - mx);
+      sum += w;
+      const float4 v = *reinterpret_cast<const float4*>(p.ws_o + (s * rows + row) * kDv + d);
+      o[0] += w * v.x;
+      o[1] += w * v.y;
+      o[2] += w * v.z;
+      o[3] += w * v.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) o[k] /= sum;
+    lse = (mx + log2f(sum)) * kLn2;
+  }
+  uint16_t* orow = p.o + t * p.o_s0 + h * p.o_s1;
+  const uint32_t lo = pack_bf16(o[0], o[1]), hi = pack_bf16(o[2], o[3]);
+  if (p.o_vec) {
+    *reinterpret_cast<uint2*>(orow + d) = make_uint2(lo, hi);
+  } else {
+    orow[d * p.o_s2] = static_cast<uint16_t>(lo & 0xffffu);
+    orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(lo >> 16);
+    orow[(d + 2) * p.o_s2] = static_cast<uint16_t>(hi & 0xffffu);
+    orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
+  }
+  if (p.lse && threadIdx.x == 0) p.lse[t * p.lse_s0 + h * p.lse_s1] = lse;
+}
+
+bool aligned(const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0; }
+
+int num_sms() {
+  int dev = 0, sms = 0;
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+template <bool kFp8>
+void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(sizeof(Smem))));
+  });
+  mla_attention_kernel<kFp8><<<grid, kThreads, sizeof(Smem), s>>>(p);
+  KESTREL_LAUNCHED(kFp8 ? "mla_attention_kernel<fp8>" : "mla_attention_kernel<bf16>");
+}
+
+}  // namespace
+
+Support mla_attention_supports(const MlaAttentionArgs& a) {
+  const int64_t es = static_cast<int64_t>(dtype_size(a.cache.dtype));
+  if (!aligned(a.cache.data, 16) || (a.cache.stride(0) * es) % 16 != 0 || (a.cache.stride(1) * es) % 16 != 0)
+    return Support::no(str("cache: the kernel copies 16-byte pieces of rows: needs a 16-byte aligned base and page and "
+                           "row strides of whole 16 bytes, got strides ",
+                           a.cache.strides_str()));
+  if (a.block_table.size(0) > 65535) return Support::no(str("B = ", a.block_table.size(0), " exceeds 65535 (grid z)"));
+  if (a.cache.size(0) > INT32_MAX || a.cache.size(1) > INT32_MAX || a.block_table.size(1) > INT32_MAX ||
+      a.q.size(1) > INT32_MAX)
+    return Support::no("num_pages, page_size, max_pages and H must fit in int32");
+  // KV positions and query rows are int in the kernel (with room for one split's rounding).
+  if (a.block_table.size(1) * a.cache.size(1) > INT32_MAX - (int64_t{1} << 16))
+    return Support::no(str("max_pages * page_size = ", a.block_table.size(1) * a.cache.size(1), " exceeds 2^31 - 2^16"));
+  if (a.q.size(0) * a.q.size(1) > INT32_MAX)
+    return Support::no(str("Tq * H = ", a.q.size(0) * a.q.size(1), " exceeds int32"));
+  return Support::yes();
+}
+
+void mla_attention(const MlaAttentionArgs& a, Stream stream) {
+  constexpr const char* op = "mla_attention";
+  const int64_t Tq = a.q.size(0), H = a.q.size(1), B = a.block_table.size(0);
+  if (Tq == 0 || B == 0) return;
+  MlaAttentionParams p{};
+  p.q = static_cast<const uint16_t*>(a.q.data);
+  p.q_s0 = a.q.stride(0); p.q_s1 = a.q.stride(1); p.q_s2 = a.q.stride(2);
+  p.q_vec = p.q_s2 == 1 && aligned(a.q.data, 16) && p.q_s0 % 8 == 0 && p.q_s1 % 8 == 0;
+  const int64_t es = static_cast<int64_t>(dtype_size(a.cache.dtype));
+  p.cache = static_cast<const uint8_t*>(a.cache.data);
+  p.page_bytes = a.cache.stride(0) * es;
+  p.row_bytes = a.cache.stride(1) * es;
+  p.block_table = static_cast<const int32_t*>(a.block_table.data);
+  p.bt_s0 = a.block_table.stride(0); p.bt_s1 = a.block_table.stride(1);
+  p.seq_lens = static_cast<const int32_t*>(a.seq_lens.data);
+  p.sl_s0 = a.seq_lens.stride(0);
+  p.q_start = static_cast<const int32_t*>(a.q_start.data);
+  p.qs_s0 = a.q_start.stride(0);
+  p.o = static_cast<uint16_t*>(a.o.data);
+  p.o_s0 = a.o.stride(0); p.o_s1 = a.o.stride(1); p.o_s2 = a.o.stride(2);
+  p.o_vec = p.o_s2 == 1 && aligned(a.o.data, 16) && p.o_s0 % 8 == 0 && p.o_s1 % 8 == 0;
+  p.lse = a.lse.defined() ? static_cast<float*>(a.lse.data) : nullptr;
+  if (p.lse) { p.lse_s0 = a.lse.stride(0); p.lse_s1 = a.lse.stride(1); }
+  p.Tq = Tq;
+  p.H = checked_int(H, op, "H");
+  p.num_pages = checked_int(a.cache.size(0), op, "num_pages");
+  p.page_size = checked_int(a.cache.size(1), op, "page_size");
+  p.max_pages = checked_int(a.block_table.size(1), op, "max_pages");
+  p.scale_log2 = a.softmax_scale * a.kv_scale * kLog2e;
+  p.out_scale = a.kv_scale;
+
+  // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence.
+  const int64_t q_plan = (Tq + B - 1) / B;
+  const int64_t row_tiles = (q_plan * H + kRows - 1) / kRows;
+  const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, num_sms());
+  p.splits = static_cast<int>(splits);
+  KESTREL_CHECK(row_tiles <= INT32_MAX, op, ": ", row_tiles, " row tiles exceed the grid");
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
+  const cudaStream_t s = as_cuda(stream);
+
+  void* ws = nullptr;
+  if (splits > 1) {
+    const size_t rows = static_cast<size_t>(Tq * H);
+    KESTREL_CUDA_CHECK(cudaMallocAsync(&ws, static_cast<size_t>(splits) * rows * (kDv + 1) * sizeof(float), s));
+    p.ws_o = static_cast<float*>(ws);
+    p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
+  }
+  if (a.cache.dtype == DType::fp8_e4m3) {
+    launch<true>(p, grid, s);
+  } else {
+    launch<false>(p, grid, s);
+  }
+  if (splits > 1) {
+    KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
+    mla_attention_combine_kernel<<<static_cast<unsigned>(Tq * H), kCombineThreads, 0, s>>>(p);
+    KESTREL_LAUNCHED("mla_attention_combine_kernel");
+    KESTREL_CUDA_CHECK(cudaFreeAsync(ws, s));
+  }
+}
+
+}  // namespace kestrel::ops::cuda

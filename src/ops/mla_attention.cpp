@@ -1,0 +1,104 @@
+// mla_attention: the argument check shared by every backend, the split-count rule, and the
+// dispatch.
+#include "kestrel/ops/mla_attention.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "mla_checks.h"
+
+namespace kestrel::ops {
+
+void mla_attention_check(const MlaAttentionArgs& a) {
+  constexpr const char* op = "mla_attention";
+  // rank
+  check_rank(op, "o", a.o, 3, "[Tq, H, 512]");
+  if (a.lse.defined()) check_rank(op, "lse", a.lse, 2, "[Tq, H]");
+  check_rank(op, "q", a.q, 3, "[Tq, H, 576]");
+  check_rank(op, "cache", a.cache, 3, mla::kCacheDims);
+  check_rank(op, "block_table", a.block_table, 2, "[B, max_pages]");
+  check_rank(op, "seq_lens", a.seq_lens, 1, "[B]");
+  check_rank(op, "q_start", a.q_start, 1, "[B + 1]");
+  // device
+  if (a.lse.defined()) check_same_device(op, "lse", a.lse, "o", a.o);
+  check_same_device(op, "q", a.q, "o", a.o);
+  check_same_device(op, "cache", a.cache, "o", a.o);
+  check_same_device(op, "block_table", a.block_table, "o", a.o);
+  check_same_device(op, "seq_lens", a.seq_lens, "o", a.o);
+  check_same_device(op, "q_start", a.q_start, "o", a.o);
+  // dtype
+  check_dtype(op, "o", a.o, {DType::bf16});
+  if (a.lse.defined()) check_dtype(op, "lse", a.lse, {DType::f32});
+  check_dtype(op, "q", a.q, {DType::bf16});
+  check_dtype(op, "cache", a.cache, {DType::bf16, DType::fp8_e4m3});
+  check_dtype(op, "block_table", a.block_table, {DType::i32});
+  check_dtype(op, "seq_lens", a.seq_lens, {DType::i32});
+  check_dtype(op, "q_start", a.q_start, {DType::i32});
+  // layout
+  check_strides(op, "o", a.o);
+  check_no_self_overlap(op, "o", a.o);
+  if (a.lse.defined()) {
+    check_strides(op, "lse", a.lse);
+    check_no_self_overlap(op, "lse", a.lse);
+  }
+  check_strides(op, "q", a.q);
+  mla::check_cache_layout(op, a.cache);
+  check_strides(op, "block_table", a.block_table);
+  check_strides(op, "seq_lens", a.seq_lens);
+  check_strides(op, "q_start", a.q_start);
+  // shapes and their relations
+  const int64_t Tq = a.q.size(0), H = a.q.size(1), B = a.block_table.size(0);
+  check_size(op, "q", a.q, 2, kMlaRow, "576 = c_kv 512 + k_pe 64");
+  if (H < 1) fail_arg(op, "q", "H >= 1 heads", str("shape ", a.q.shape_str()));
+  check_size(op, "o", a.o, 0, Tq, "Tq (q.size(0))");
+  check_size(op, "o", a.o, 1, H, "H (q.size(1))");
+  check_size(op, "o", a.o, 2, kMlaNope, "512 = V width (c_kv)");
+  if (a.lse.defined()) {
+    check_size(op, "lse", a.lse, 0, Tq, "Tq (q.size(0))");
+    check_size(op, "lse", a.lse, 1, H, "H (q.size(1))");
+  }
+  mla::check_cache_shape(op, a.cache);
+  check_size(op, "seq_lens", a.seq_lens, 0, B, "B (block_table.size(0))");
+  check_size(op, "q_start", a.q_start, 0, B + 1, "B + 1 (block_table.size(0) + 1)");
+  // scalars
+  if (!(a.softmax_scale > 0.0f && std::isfinite(a.softmax_scale)))
+    fail_arg(op, "softmax_scale", "a positive finite number", str(a.softmax_scale));
+  mla::check_scale(op, "kv_scale", a.kv_scale, a.cache.dtype);
+}
+
+// Fill the GPU with one wave: batch * row_tiles CTAs already exist per split; multiply them
+// up to num_sms (floor: a partial second wave would not finish sooner than one longer wave),
+// but never cut the planning length into splits of fewer than kMlaAttentionMinSplitKeys keys:
+// each split writes 64 x 512 f32 partials (128 KB) and the combine reads them back, which a
+// split of 256 keys (288 KB of bf16 KV, 144 KB of fp8) still outweighs.
+int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms) {
+  const int64_t base = std::max<int64_t>(1, batch * row_tiles);
+  const int64_t fill = std::max<int64_t>(1, num_sms / base);
+  const int64_t by_len = std::max<int64_t>(1, kv_len / kMlaAttentionMinSplitKeys);
+  return std::min({fill, by_len, kMlaAttentionMaxSplits});
+}
+
+Support mla_attention_supports(Backend b, const MlaAttentionArgs& a) {
+  if (Support s = backend_available(b); !s) return s;
+  return b == Backend::cpu ? Support::yes() : cuda::mla_attention_supports(a);
+}
+
+void mla_attention(Backend b, const MlaAttentionArgs& a, Stream stream) {
+  mla_attention_check(a);
+  check_device("mla_attention", "o", a.o, backend_device(b));
+  require_support("mla_attention", b, mla_attention_supports(b, a));
+  if (b == Backend::cpu) {
+    cpu::mla_attention(a);
+  } else {
+    cuda::mla_attention(a, stream);
+  }
+}
+
+#if !KESTREL_WITH_CUDA
+namespace cuda {
+Support mla_attention_supports(const MlaAttentionArgs&) { return Support::no("built without CUDA"); }
+void mla_attention(const MlaAttentionArgs&, Stream) { throw Error("mla_attention: built without CUDA"); }
+}  // namespace cuda
+#endif
+
+}  // namespace kestrel::ops

@@ -1,0 +1,240 @@
+// mla_attention cases: ragged batches of decode (q_len 1), verify (2..8) and short extends
+// (up to 16) over the paged cache, bf16 and fp8 (kv_scale != 1), page sizes 32/64/128, with
+// sequences of length 0 and queries that attend nothing (L < q_len). Every block table uses
+// shuffled, non-contiguous pages from 1.. (page 0 is the sink, never named), and -1 beyond the
+// pages in use, which no backend may read. The "strided" variant gives every tensor a strided
+// view: q padded (odd strides), o with inner stride 2, lse transposed, the block table a column
+// slice of a wider table (bf16) or column-major (fp8), seq_lens and q_start strided, and the
+// cache page-strided (a slice of page_size + 1 rows per page). The "nolse" variant omits lse.
+//
+// Tolerance (docs/ops/mla_attention.md): o within 2 bf16 ulps of the rounded f64 reference
+// plus kv_scale * max|v| * eps_f32 * (4 A + 8 sqrt(L) + 64), A = softmax_scale * kv_scale *
+// sum_d |q_d| * max|k| (a bound on |score| and on the magnitudes in its sum); lse within
+// 1e-4 absolute + 1678 f32 ulps (~1e-4 relative). The CI slice keeps each case under ~5e7
+// multiply-adds in the f64 reference; the full set adds 32k contexts with few heads and
+// H = 64, 96, 128.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "kestrel/ops/mla_attention.h"
+#include "matrix/cases/common.h"
+
+namespace kestrel::matrix {
+
+namespace {
+
+using ops::kMlaNope;
+using ops::kMlaRow;
+
+struct AttnShape {
+  const char* tag;
+  int64_t H, page_size;
+  std::vector<int64_t> q_lens, seq_lens;
+  Size size;
+};
+
+// Block table plan: pages in use per sequence, shuffled over [1, num_pages), -1 elsewhere.
+struct Plan {
+  int64_t B, max_pages, num_pages, Tq;
+  std::vector<int64_t> table;    // [B, max_pages] logical values
+  std::vector<int64_t> q_start;  // [B + 1]
+  std::vector<int64_t> seq_of;   // [Tq] sequence of each token
+};
+
+Plan make_plan(const AttnShape& s, uint64_t seed) {
+  Plan p;
+  p.B = static_cast<int64_t>(s.q_lens.size());
+  int64_t used = 0, widest = 0;
+  for (int64_t L : s.seq_lens) {
+    used += (L + s.page_size - 1) / s.page_size;
+    widest = std::max(widest, (L + s.page_size - 1) / s.page_size);
+  }
+  p.max_pages = widest + 1;  // one column more than any sequence uses: always -1
+  p.num_pages = 1 + used + used / 2 + 2;  // sink, live pages, and pages nobody names
+  std::vector<int64_t> pages(static_cast<size_t>(p.num_pages - 1));
+  std::iota(pages.begin(), pages.end(), 1);
+  std::mt19937_64 rng(seed);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  p.table.assign(static_cast<size_t>(p.B * p.max_pages), -1);
+  size_t next = 0;
+  for (int64_t b = 0; b < p.B; ++b)
+    for (int64_t k = 0; k < (s.seq_lens[b] + s.page_size - 1) / s.page_size; ++k) p.table[b * p.max_pages + k] = pages[next++];
+  p.q_start.assign(1, 0);
+  for (int64_t b = 0; b < p.B; ++b) {
+    p.q_start.push_back(p.q_start.back() + s.q_lens[b]);
+    for (int64_t i = 0; i < s.q_lens[b]; ++i) p.seq_of.push_back(b);
+  }
+  p.Tq = p.q_start.back();
+  return p;
+}
+
+Gen fixed(std::vector<double> values) {
+  return Gen::with([values](std::vector<double>& v, uint64_t) { std::copy(values.begin(), values.end(), v.begin()); });
+}
+
+// fp8 cache values over every e4m3 regime that attention meets: sign * 2^u, u in [-9, 2].
+Gen fp8_values() {
+  return Gen::with([](std::vector<double>& v, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> e(-9.0, 2.0);
+    for (auto& x : v) x = ((rng() >> 7) & 1 ? -1.0 : 1.0) * std::exp2(e(rng));
+  });
+}
+
+enum class Variant : uint8_t { plain, strided, nolse };
+const char* variant_name(Variant v) {
+  switch (v) {
+    case Variant::plain: return "plain";
+    case Variant::strided: return "strided";
+    case Variant::nolse: return "nolse";
+  }
+  return "?";
+}
+
+// Buffer indices.
+enum : size_t { kO, kQ, kCache, kTable, kSeqLens, kQStart, kLse };
+
+void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed) {
+  const Plan plan = make_plan(s, plan_seed);
+  const bool strided = var == Variant::strided, with_lse = var != Variant::nolse;
+  const int64_t H = s.H, Tq = plan.Tq, B = plan.B, ps = s.page_size;
+  const float softmax_scale = static_cast<float>(1.0 / std::sqrt(192.0));
+  const float kv_scale = dt == DType::bf16 ? 1.0f : (strided ? 1.75f : 0.375f);
+  // Cache: page-strided when strided (page_size + 1 rows per page, the last one never viewed).
+  const int64_t cache_rows = strided ? ps + 1 : ps;
+  // Block table: a column slice [:, 2 : 2 + max_pages] of a wider table when strided bf16.
+  const bool table_slice = strided && dt == DType::bf16;
+  const int64_t table_cols = table_slice ? plan.max_pages + 3 : plan.max_pages;
+
+  Case c;
+  c.op = "mla_attention";
+  c.id = str("mla_attention/", s.tag, "-B", B, "-H", H, "-P", ps, "-", dtype_name(dt), "-", variant_name(var));
+  c.size = s.size;
+
+  std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 0; k < plan.max_pages; ++k)
+      table_vals[b * table_cols + (table_slice ? 2 : 0) + k] = static_cast<double>(plan.table[b * plan.max_pages + k]);
+  std::vector<double> sl(s.seq_lens.begin(), s.seq_lens.end()), qs(plan.q_start.begin(), plan.q_start.end());
+
+  // o's bound: per (t, h), from q, the cache's largest |k| and |v|, and L of t's sequence.
+  const std::vector<int64_t> seq_of = plan.seq_of, seq_lens = s.seq_lens;
+  Metric o_metric = Metric::within_ulps(2);
+  o_metric.bound = [=](const HostBuffers& in) {
+    double max_k = 0, max_v = 0;
+    const int64_t cache_n = static_cast<int64_t>(in.bytes[kCache].size() / dtype_size(in.dtypes[kCache]));
+    for (int64_t i = 0; i < cache_n; ++i) {
+      const double a = std::fabs(in.value(kCache, i));
+      max_k = std::max(max_k, a);
+      if (i % kMlaRow < kMlaNope) max_v = std::max(max_v, a);
+    }
+    const double eps = std::ldexp(1.0, -23);
+    std::vector<double> bound(static_cast<size_t>(Tq * H * kMlaNope));
+    for (int64_t t = 0; t < Tq; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        double q1 = 0;
+        for (int64_t d = 0; d < kMlaRow; ++d) q1 += std::fabs(in.value(kQ, (t * H + h) * kMlaRow + d));
+        const double A = static_cast<double>(softmax_scale) * kv_scale * q1 * max_k;
+        const double L = static_cast<double>(seq_lens[seq_of[t]]);
+        const double e = kv_scale * max_v * eps * (4.0 * A + 8.0 * std::sqrt(L) + 64.0);
+        std::fill_n(bound.begin() + (t * H + h) * kMlaNope, kMlaNope, e);
+      }
+    return bound;
+  };
+  Metric lse_metric = Metric::within_ulps(1678);  // 1e-4 * 2^24: ~1e-4 relative
+  lse_metric.bound = [Tq, H](const HostBuffers&) { return std::vector<double>(static_cast<size_t>(Tq * H), 1e-4); };
+
+  // One push_back per buffer, in the order of the k* indices.
+  const Gen cache_gen = dt == DType::bf16 ? Gen::uniform(-1, 1) : fp8_values();
+  c.buffers.push_back({"o", DType::bf16, {Tq, H, kMlaNope}, Role::output,
+                       strided ? Layout::inner_strided : Layout::contiguous, Gen(), o_metric});
+  c.buffers.push_back({"q", DType::bf16, {Tq, H, kMlaRow}, Role::input, strided ? Layout::padded : Layout::contiguous,
+                       Gen::uniform(-2, 2), Metric()});
+  c.buffers.push_back({"cache", dt, {plan.num_pages, cache_rows, kMlaRow}, Role::input, Layout::contiguous, cache_gen,
+                       Metric()});
+  c.buffers.push_back({"block_table", DType::i32, {B, table_cols}, Role::input,
+                       strided && !table_slice ? Layout::transposed : Layout::contiguous, fixed(table_vals), Metric()});
+  c.buffers.push_back({"seq_lens", DType::i32, {B}, Role::input, strided ? Layout::inner_strided : Layout::contiguous,
+                       fixed(sl), Metric()});
+  c.buffers.push_back({"q_start", DType::i32, {B + 1}, Role::input, strided ? Layout::padded : Layout::contiguous,
+                       fixed(qs), Metric()});
+  if (with_lse)
+    c.buffers.push_back({"lse", DType::f32, {Tq, H}, Role::output, strided ? Layout::transposed : Layout::contiguous,
+                         Gen(), lse_metric});
+
+  const int64_t max_pages = plan.max_pages;
+  auto make = [=](const std::vector<TensorView>& v) {
+    ops::MlaAttentionArgs a;
+    a.o = v[kO];
+    a.q = v[kQ];
+    a.cache = strided ? v[kCache].slice(1, 0, ps) : v[kCache];
+    a.block_table = table_slice ? v[kTable].slice(1, 2, max_pages) : v[kTable];
+    a.seq_lens = v[kSeqLens];
+    a.q_start = v[kQStart];
+    if (with_lse) a.lse = v[kLse];
+    a.softmax_scale = softmax_scale;
+    a.kv_scale = kv_scale;
+    return a;
+  };
+  c.supports = supports_via<ops::MlaAttentionArgs>(
+      make, [](ops::Backend b, const ops::MlaAttentionArgs& a) { return ops::mla_attention_supports(b, a); });
+  c.run = run_via<ops::MlaAttentionArgs>(
+      make, [](ops::Backend b, const ops::MlaAttentionArgs& a, Stream st) { ops::mla_attention(b, a, st); });
+  r.push_back(std::move(c));
+}
+
+// Multiply-adds of the f64 reference: sum over queries of attended keys, times H * (576 + 512).
+double reference_macs(const AttnShape& s) {
+  double keys = 0;
+  for (size_t b = 0; b < s.q_lens.size(); ++b)
+    for (int64_t i = 0; i < s.q_lens[b]; ++i) keys += static_cast<double>(std::max<int64_t>(0, s.seq_lens[b] - s.q_lens[b] + i + 1));
+  return keys * static_cast<double>(s.H) * (kMlaRow + kMlaNope);
+}
+
+std::vector<AttnShape> shapes(Size size) {
+  std::vector<AttnShape> s = {
+      // decode, ragged, one empty sequence: splits > 1 on CUDA
+      {"decode", 32, 64, {1, 1, 1, 1, 1}, {1, 37, 300, 0, 900}, Size::ci},
+      // decode, long with one head (split-KV over ~2000 positions)
+      {"decode", 1, 32, {1, 1, 1}, {2000, 1999, 129}, Size::ci},
+      // decode with B = 132, one head: one row tile per sequence fills 132 SMs, so one split
+      {"decode", 1, 64, std::vector<int64_t>(132, 1), {}, Size::ci},
+      // verify 2, 4, 8
+      {"verify", 32, 128, {2, 4, 8}, {70, 40, 100}, Size::ci},
+      {"verify", 1, 64, {4, 8}, {1800, 1200}, Size::ci},
+      // short extends; the first spans 8 row tiles of 64 rows, more than the grid plans
+      {"extend", 32, 32, {16, 2}, {40, 30}, Size::ci},
+      {"extend", 1, 64, {16, 9, 1, 12}, {2000, 16, 5, 500}, Size::ci},
+      // nothing to attend: L = 0 with queries, L < q_len, a sequence with no queries
+      {"masked", 32, 64, {3, 2, 0, 4}, {0, 1, 5, 2}, Size::ci},
+  };
+  // B = 132 decode lengths: 1 .. 300, deterministic.
+  for (int64_t b = 0; b < 132; ++b) s[2].seq_lens.push_back(1 + (b * 37) % 300);
+  if (size == Size::full) {
+    s.push_back({"decode", 4, 64, {1}, {32768}, Size::full});
+    s.push_back({"verify", 2, 64, {1, 4}, {32768, 20000}, Size::full});
+    s.push_back({"extend", 1, 128, {16, 3}, {32768, 9000}, Size::full});
+    for (int64_t H : {32, 64, 96, 128}) s.push_back({"verify", H, 64, {1, 2, 4, 8}, {300, 150, 257, 100}, Size::full});
+    s.push_back({"decode", 128, 64, std::vector<int64_t>(70, 1), {}, Size::full});
+    for (int64_t b = 0; b < 70; ++b) s.back().seq_lens.push_back(1 + (b * 53) % 128);
+  }
+  return s;
+}
+
+}  // namespace
+
+void add_mla_attention_cases(Registry& r, Size size) {
+  uint64_t plan_seed = 0x6d6c61;  // the plans (page order) are part of a case: fixed per case
+  for (const AttnShape& s : shapes(size)) {
+    KESTREL_CHECK(s.size == Size::full || reference_macs(s) <= 6e7, "mla_attention case ", s.tag, " H", s.H,
+                  " is too big for the CI slice: ", reference_macs(s), " multiply-adds");
+    for (DType dt : {DType::bf16, DType::fp8_e4m3})
+      for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, dt, var, ++plan_seed);
+  }
+  const std::vector<AttnShape> ci = shapes(Size::ci);
+  add_case(r, ci[3], DType::fp8_e4m3, Variant::nolse, ++plan_seed);
+}
+
+}  // namespace kestrel::matrix
