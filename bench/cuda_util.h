@@ -8,18 +8,12 @@
 #include <vector>
 
 #include "harness.h"
+#include "kestrel/core/cuda_check.h"
 #include "kestrel/core/error.h"
 
 namespace kestrel::bench {
 
-#define BENCH_CUDA(expr)                                                                          \
-  do {                                                                                            \
-    cudaError_t err_ = (expr);                                                                    \
-    if (err_ != cudaSuccess)                                                                      \
-      throw ::kestrel::Error(::kestrel::str("CUDA error ", cudaGetErrorName(err_), " (",         \
-                                            cudaGetErrorString(err_), ") in ", #expr, " at ",     \
-                                            __FILE__, ":", __LINE__));                            \
-  } while (0)
+#define BENCH_CUDA(expr) KESTREL_CUDA_CHECK(expr)
 
 // A non-blocking stream (graph capture needs one that is not the legacy default stream).
 class OwnedStream {

@@ -8,15 +8,7 @@
 #include "kestrel/core/error.h"
 
 #if KESTREL_WITH_CUDA
-#include <cuda_runtime_api.h>
-#define KESTREL_CUDA_CHECK(expr)                                                                   \
-  do {                                                                                             \
-    cudaError_t err_ = (expr);                                                                     \
-    if (err_ != cudaSuccess)                                                                       \
-      throw ::kestrel::Error(::kestrel::str("CUDA error ", cudaGetErrorName(err_), " (",          \
-                                            cudaGetErrorString(err_), ") in ", #expr, " at ",      \
-                                            __FILE__, ":", __LINE__));                             \
-  } while (0)
+#include "kestrel/core/cuda_check.h"
 #endif
 
 namespace kestrel {

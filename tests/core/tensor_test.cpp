@@ -2,6 +2,8 @@
 // kernels rely on (DESIGN.md rule 2) and the errors, which must name what was wrong.
 #include <gtest/gtest.h>
 
+#include "testing/expect_error.h"
+
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
@@ -13,21 +15,7 @@
 namespace kestrel {
 namespace {
 
-// Runs `fn`, which must throw kestrel::Error whose message contains every one of `parts`.
-testing::AssertionResult throws_error_with(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts)
-      if (msg.find(p) == std::string::npos)
-        return testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
-    return testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return testing::AssertionFailure() << "threw a non-kestrel exception: " << e.what();
-  }
-  return testing::AssertionFailure() << "did not throw";
-}
+using testing_util::throws_error_with;
 
 // A fake address: views never dereference their pointer, so arithmetic on it can be checked.
 char* const kBase = reinterpret_cast<char*>(uintptr_t{1} << 20);

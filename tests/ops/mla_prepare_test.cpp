@@ -9,6 +9,8 @@
 // loc, and every byte around the tensors.
 #include <gtest/gtest.h>
 
+#include "testing/expect_error.h"
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -29,20 +31,7 @@
 namespace kestrel::ops {
 namespace {
 
-testing::AssertionResult throws_error_with(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts)
-      if (msg.find(p) == std::string::npos)
-        return testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
-    return testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return testing::AssertionFailure() << "threw a non-kestrel exception: " << e.what();
-  }
-  return testing::AssertionFailure() << "did not throw";
-}
+using testing_util::throws_error_with;
 
 // A tensor's place in the arena: byte offset, dtype, shape, element strides.
 struct Place {

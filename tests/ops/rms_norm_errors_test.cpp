@@ -4,6 +4,8 @@
 // offending value, and that the output was not touched.
 #include <gtest/gtest.h>
 
+#include "testing/expect_error.h"
+
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -23,20 +25,7 @@ namespace {
 
 constexpr int64_t T = 5, D = 8;
 
-testing::AssertionResult throws_error_with(const std::function<void()>& fn, std::initializer_list<std::string> parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const std::string& p : parts)
-      if (msg.find(p) == std::string::npos)
-        return testing::AssertionFailure() << "message \"" << msg << "\" lacks \"" << p << "\"";
-    return testing::AssertionSuccess() << msg;
-  } catch (const std::exception& e) {
-    return testing::AssertionFailure() << "threw a non-kestrel exception: " << e.what();
-  }
-  return testing::AssertionFailure() << "did not throw";
-}
+using testing_util::throws_error_with;
 
 Tensor random_tensor(const Shape& shape, DType dtype, std::mt19937& rng) {
   Tensor t = Tensor::empty(shape, dtype);

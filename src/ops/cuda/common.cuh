@@ -10,20 +10,13 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kestrel/core/cuda_check.h"
 #include "kestrel/core/error.h"
 #include "kestrel/core/tensor.h"
 #include "kestrel/ops/cuda_launches.h"
 
 namespace kestrel::ops::cuda {
 
-#define KESTREL_CUDA_CHECK(expr)                                                                  \
-  do {                                                                                            \
-    cudaError_t err_ = (expr);                                                                    \
-    if (err_ != cudaSuccess)                                                                      \
-      throw ::kestrel::Error(::kestrel::str("CUDA error ", cudaGetErrorName(err_), " (",         \
-                                            cudaGetErrorString(err_), ") in ", #expr, " at ",     \
-                                            __FILE__, ":", __LINE__));                            \
-  } while (0)
 
 // Call right after every <<<...>>>: counts the launch and surfaces launch errors.
 void note_launch(const char* kernel);
