@@ -15,6 +15,7 @@ class Registry;
 // One registration function per KDA op, in bench/<op>.cpp; add_kda_benches calls them all.
 void add_kda_packed_decode_benches(Registry& r);
 void add_kda_recurrent_benches(Registry& r);
+void add_kda_chunk_prefill_benches(Registry& r);
 }  // namespace kestrel::bench
 
 namespace kestrel::bench::kda {

@@ -7,6 +7,7 @@ namespace kestrel::bench {
 void add_kda_benches(Registry& r) {
   add_kda_packed_decode_benches(r);
   add_kda_recurrent_benches(r);
+  add_kda_chunk_prefill_benches(r);
 }
 
 }  // namespace kestrel::bench

@@ -55,12 +55,11 @@ void kda_chunk_prefill(Backend b, const KdaChunkPrefillArgs& a, Stream stream) {
   }
 }
 
-// The CUDA backend of this op is not written yet: it says so (replaced by src/ops/cuda/kda_*.cu).
+#if !KESTREL_WITH_CUDA
 namespace cuda {
-Support kda_chunk_prefill_supports(const KdaChunkPrefillArgs&) { return Support::no("not implemented yet (issue 4)"); }
-void kda_chunk_prefill(const KdaChunkPrefillArgs&, Stream) {
-  throw Error("kda_chunk_prefill: cuda: not implemented yet (issue 4)");
-}
+Support kda_chunk_prefill_supports(const KdaChunkPrefillArgs&) { return Support::no("built without CUDA"); }
+void kda_chunk_prefill(const KdaChunkPrefillArgs&, Stream) { throw Error("kda_chunk_prefill: built without CUDA"); }
 }  // namespace cuda
+#endif
 
 }  // namespace kestrel::ops
