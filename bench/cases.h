@@ -15,6 +15,7 @@ void add_fp8_dequantize_benches(Registry& r);
 void add_gemm_benches(Registry& r);
 void add_kda_benches(Registry& r);  // bench/kda_benches.cpp: every KDA op
 void add_mla_attention_benches(Registry& r);
+void add_mla_prepare_benches(Registry& r);
 
 inline void add_all_benches(Registry& r) {
   add_rms_norm_benches(r);
@@ -26,6 +27,7 @@ inline void add_all_benches(Registry& r) {
   add_gemm_benches(r);
   add_kda_benches(r);
   add_mla_attention_benches(r);
+  add_mla_prepare_benches(r);
 }
 
 }  // namespace kestrel::bench

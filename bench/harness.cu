@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "cuda_util.h"
+#include "kestrel/ops/cuda_launches.h"
 
 namespace kestrel::bench {
 
@@ -170,8 +171,11 @@ Result run_case(const Case& c, const Options& opt, int64_t l2_bytes) {
     const RunFn run = [&](int set, cudaStream_t st) { c.run(views[set], static_cast<Stream>(st)); };
 
     // Warm-up: every set once (module load, first-touch, cuBLAS heuristics), then `warmup` more.
+    // The launch counter over these calls gives the launches per call.
+    const uint64_t launches_before = ops::cuda::launch_count();
     for (int i = 0; i < sets + opt.warmup; ++i) run(i % sets, s);
     BENCH_CUDA(cudaStreamSynchronize(s));
+    r.launches = static_cast<double>(ops::cuda::launch_count() - launches_before) / (sets + opt.warmup);
 
     Timing t = opt.timing != Timing::automatic ? opt.timing : c.timing;
     if (t == Timing::automatic) {

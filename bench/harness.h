@@ -117,6 +117,10 @@ struct Result {
   bool rotation_capped = false;  // the set count hit its cap before reaching 4x L2
   Timing timing_used = Timing::events;
   int graph_launches = 0;  // launches per graph replay (graph timing)
+  // Kernel launches per call of the op, counted by ops::cuda::launch_count over the warm-up
+  // (its total over the warm-up calls, divided by their number). 0: none counted, as for a
+  // library call (cuBLAS) that Kestrel does not launch itself.
+  double launches = 0;
   std::string note;        // e.g. why graph timing fell back to events
   // Derived from the ceilings (0 when they were not measured).
   double gbps() const { return time.median_us > 0 ? bytes / (time.median_us * 1e3) : 0; }

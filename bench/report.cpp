@@ -31,6 +31,10 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
+// Launches per call: "1", "5"; "-" when none were counted (a cuBLAS call); two decimals if the
+// count varied between calls.
+std::string launches_cell(double n) { return n > 0 ? fixed(n, n == std::floor(n) ? 0 : 2) : "-"; }
+
 // Percent of a ceiling, or "-" when the ceiling is unknown.
 std::string pct(double part, double whole) { return whole > 0 ? fixed(100.0 * part / whole, 1) : "-"; }
 
@@ -46,9 +50,9 @@ struct Column {
   bool left = false;
 };
 constexpr Column kColumns[] = {
-    {"mode", 6, true}, {"sets", 6}, {"median us", 10}, {"min us", 9},   {"p90 us", 9},   {"bytes", 7},
-    {"FLOPs", 7},      {"GB/s", 8}, {"TFLOP/s", 8},    {"%copy", 6},    {"%gemm", 6},    {"bound", 5, true},
-    {"%roof", 6},
+    {"mode", 6, true}, {"sets", 6},  {"launches", 8}, {"median us", 10}, {"min us", 9}, {"p90 us", 9},
+    {"bytes", 7},      {"FLOPs", 7}, {"GB/s", 8},     {"TFLOP/s", 8},    {"%copy", 6},  {"%gemm", 6},
+    {"bound", 5, true}, {"%roof", 6},
 };
 
 void print_cells(const std::string& name, int name_width, const std::vector<std::string>& cells) {
@@ -130,8 +134,9 @@ void print_table_row(const Result& r, const Ceilings& c, int name_width) {
   }
   const double fl = floor_us(r, c);
   print_cells(r.name, name_width,
-              {timing_name(r.timing_used), std::to_string(r.sets) + (r.rotation_capped ? "*" : ""), fixed(r.time.median_us, 2), fixed(r.time.min_us, 2),
-               fixed(r.time.p90_us, 2), si(r.bytes), si(r.flops), fixed(r.gbps(), 1), fixed(r.tflops(), 2),
+              {timing_name(r.timing_used), std::to_string(r.sets) + (r.rotation_capped ? "*" : ""),
+               launches_cell(r.launches), fixed(r.time.median_us, 2), fixed(r.time.min_us, 2), fixed(r.time.p90_us, 2),
+               si(r.bytes), si(r.flops), fixed(r.gbps(), 1), fixed(r.tflops(), 2),
                pct(r.gbps(), c.measured ? c.copy_gbps : 0), pct(r.tflops(), c.measured ? c.gemm_tflops : 0),
                bound_of(r, c), fl > 0 ? pct(fl, r.time.median_us) : "-"});
   if (r.rotation_capped)
@@ -177,7 +182,8 @@ void write_json(const std::string& path, const RunInfo& info, const Ceilings& c,
     if (!r.ok) f << ", \"error\": " << jstr(r.error);
     f << ", \"timing\": \"" << timing_name(r.timing_used) << "\", \"sets\": " << r.sets
       << ", \"rotated_bytes\": " << jnum(r.rotated_bytes) << ", \"rotation_capped\": " << (r.rotation_capped ? "true" : "false")
-      << ", \"graph_launches\": " << r.graph_launches << ", \"time\": " << jstats(r.time) << ", \"bytes\": " << jnum(r.bytes)
+      << ", \"graph_launches\": " << r.graph_launches << ", \"launches\": " << jnum(r.launches)
+      << ", \"time\": " << jstats(r.time) << ", \"bytes\": " << jnum(r.bytes)
       << ", \"flops\": " << jnum(r.flops) << ", \"gbps\": " << jnum(r.gbps()) << ", \"tflops\": " << jnum(r.tflops())
       << ", \"flop_per_byte\": " << jnum(r.intensity())
       << ", \"pct_copy\": " << (c.measured && r.ok ? jnum(100.0 * r.gbps() / c.copy_gbps) : "null")
