@@ -1,6 +1,7 @@
 // kda_packed_decode benchmarks: one decode step of a KDA layer, B sequences x H heads of
-// K = V = 128 (H = 32 Kimi-Linear, 96 Kimi-K3), bf16 tokens, f32 state. Memory-bound: the
-// state is read and written once (64 KB each way per head), so the target is the copy ceiling.
+// K = V = 128 (H = 32 Kimi-Linear, 96 Kimi-K3), bf16 tokens, f32 state pool, and a bf16 state
+// pool (half the bytes) at the same shapes. Memory-bound: the state is read and written once
+// (64 KB f32 or 32 KB bf16 each way per head), so the target is the copy ceiling.
 #include "cases.h"
 #include "kda_bench.h"
 #include "kestrel/ops/kda_packed_decode.h"
@@ -10,42 +11,44 @@ namespace kestrel::bench {
 void add_kda_packed_decode_benches(Registry& r) {
   using kda::kK;
   using kda::kV;
-  for (const int64_t H : {32, 96}) {
-    for (const int64_t B : {1, 8, 32, 128, 256}) {
-      Case c;
-      c.name = str("kda_packed_decode/B", B, "-H", H, "-K", kK, "-bf16");
-      const int64_t slots = B + 1;  // slot 0 is the null slot
-      c.buffers = {{"out", DType::bf16, {B, H, kV}},
-                   {"state_pool", DType::f32, {slots, H, kV, kK}, Fill::signed_mag(0.05, 0.5)},
-                   {"mixed_qkv", DType::bf16, {B, 2 * H * kK + H * kV}},
-                   {"raw_g", DType::bf16, {B, H, kK}},
-                   {"raw_beta", DType::bf16, {B, H}},
-                   {"A_log", DType::f32, {H}},
-                   {"dt_bias", DType::f32, {H * kK}},
-                   {"state_indices", DType::i32, {B}, Fill::ints(1, B)}};
-      // The state read and written once; q, k, v, raw_g, raw_beta and indices read, out written;
-      // A_log and dt_bias read once.
-      c.bytes = 2 * tensor_bytes(DType::f32, {B, H, kV, kK}) +
-                tensor_bytes(DType::bf16, {B, 2 * H * kK + H * kV}) + tensor_bytes(DType::bf16, {B, H, kK}) +
-                tensor_bytes(DType::bf16, {B, H}) + tensor_bytes(DType::i32, {B}) +
-                tensor_bytes(DType::bf16, {B, H, kV}) + tensor_bytes(DType::f32, {H + H * kK});
-      // Per state element: decay, the k dot (mul + add), the update (fma), the q dot (mul + add).
-      c.flops = 7.0 * B * H * kK * kV;
-      const kda::DistinctSlots distinct;
-      c.run = [distinct](const std::vector<TensorView>& b, Stream s) {
-        distinct.ensure(b[7], s);
-        ops::KdaPackedDecodeArgs a;
-        a.out = b[0];
-        a.state_pool = b[1];
-        a.mixed_qkv = b[2];
-        a.raw_g = b[3];
-        a.raw_beta = b[4];
-        a.A_log = b[5];
-        a.dt_bias = b[6];
-        a.state_indices = b[7];
-        ops::kda_packed_decode(ops::Backend::cuda, a, s);
-      };
-      r.add(std::move(c));
+  for (const DType pool : {DType::f32, DType::bf16}) {
+    for (const int64_t H : {32, 96}) {
+      for (const int64_t B : {1, 8, 32, 128, 256}) {
+        Case c;
+        c.name = str("kda_packed_decode/B", B, "-H", H, "-K", kK, "-bf16", pool == DType::bf16 ? "-bf16pool" : "");
+        const int64_t slots = B + 1;  // slot 0 is the null slot
+        c.buffers = {{"out", DType::bf16, {B, H, kV}},
+                     {"state_pool", pool, {slots, H, kV, kK}, Fill::signed_mag(0.05, 0.5)},
+                     {"mixed_qkv", DType::bf16, {B, 2 * H * kK + H * kV}},
+                     {"raw_g", DType::bf16, {B, H, kK}},
+                     {"raw_beta", DType::bf16, {B, H}},
+                     {"A_log", DType::f32, {H}},
+                     {"dt_bias", DType::f32, {H * kK}},
+                     {"state_indices", DType::i32, {B}, Fill::ints(1, B)}};
+        // The state read and written once; q, k, v, raw_g, raw_beta and indices read, out written;
+        // A_log and dt_bias read once.
+        c.bytes = 2 * tensor_bytes(pool, {B, H, kV, kK}) +
+                  tensor_bytes(DType::bf16, {B, 2 * H * kK + H * kV}) + tensor_bytes(DType::bf16, {B, H, kK}) +
+                  tensor_bytes(DType::bf16, {B, H}) + tensor_bytes(DType::i32, {B}) +
+                  tensor_bytes(DType::bf16, {B, H, kV}) + tensor_bytes(DType::f32, {H + H * kK});
+        // Per state element: decay, the k dot (mul + add), the update (fma), the q dot (mul + add).
+        c.flops = 7.0 * B * H * kK * kV;
+        const kda::DistinctSlots distinct;
+        c.run = [distinct](const std::vector<TensorView>& b, Stream s) {
+          distinct.ensure(b[7], s);
+          ops::KdaPackedDecodeArgs a;
+          a.out = b[0];
+          a.state_pool = b[1];
+          a.mixed_qkv = b[2];
+          a.raw_g = b[3];
+          a.raw_beta = b[4];
+          a.A_log = b[5];
+          a.dt_bias = b[6];
+          a.state_indices = b[7];
+          ops::kda_packed_decode(ops::Backend::cuda, a, s);
+        };
+        r.add(std::move(c));
+      }
     }
   }
 }

@@ -29,6 +29,7 @@ void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a) {
   kda_detail::check_state_pool(op, "state_pool", a.state_pool, d);
   if (a.checkpoints.defined()) {
     kda_detail::check_state_pool(op, "checkpoints", a.checkpoints, d);
+    check_same_dtype(op, "checkpoints", a.checkpoints, "state_pool", a.state_pool);
     check_no_self_overlap(op, "checkpoints", a.checkpoints);
   }
   kda_detail::check_index_vector(op, "cu_seqlens", a.cu_seqlens, N + 1, "N + 1 (state_indices.size(0) + 1)");

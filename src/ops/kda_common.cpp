@@ -85,7 +85,7 @@ KdaDims check_token_inputs(const char* op, const TensorView& out, const TensorVi
 
 void check_state_pool(const char* op, const char* arg, const TensorView& pool, const KdaDims& d) {
   check_rank(op, arg, pool, 4, "[slots, H, V, K]");
-  check_dtype(op, arg, pool, {DType::f32});
+  check_dtype(op, arg, pool, {DType::f32, DType::bf16});
   check_strides(op, arg, pool);
   check_element_aligned(op, arg, pool);
   const int64_t h = pool.size(1), v = pool.size(2), k = pool.size(3);

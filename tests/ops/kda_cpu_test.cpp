@@ -540,6 +540,112 @@ TEST(KdaCpu, RecurrentPaddingAndSkippedColumns) {
   EXPECT_NE(slot_bytes(pool, 2), slot_bytes(pool0, 2));
 }
 
+// ---- bf16 state pools ----
+
+// A bf16 pool holding `f` rounded to nearest even, and an f32 pool widened from a bf16 one.
+Tensor rounded_to_bf16(const Tensor& f) {
+  const TensorView v = f.view();
+  Tensor b = Tensor::empty(Shape(v.shape.begin(), v.shape.begin() + v.rank), DType::bf16);
+  for (int64_t i = 0; i < v.numel(); ++i) b.view().ptr<uint16_t>()[i] = f32_to_bf16(v.ptr<float>()[i]);
+  return b;
+}
+Tensor widened_to_f32(const Tensor& b) {
+  const TensorView v = b.view();
+  Tensor f = Tensor::empty(Shape(v.shape.begin(), v.shape.begin() + v.rank), DType::f32);
+  for (int64_t i = 0; i < v.numel(); ++i) f.view().ptr<float>()[i] = bf16_to_f32(v.ptr<uint16_t>()[i]);
+  return f;
+}
+
+TEST(KdaCpu, Bf16PoolDecodeIsF32DecodeRounded) {
+  // docs/ops/kda.md "State dtype": a bf16-pool step is the f32-pool step on the widened state,
+  // the new state rounded to bf16 (nearest even). Token by token, bit for bit: the same output,
+  // and the bf16 pool equals the f32 pool's result rounded. Padding rows and slots nobody
+  // addresses are untouched.
+  std::mt19937_64 rng(13);
+  const int64_t H = 2, B = 4, L = 6, slots = 7;
+  Tensor idx = ints({3, 0, 5, 1}, DType::i64);
+  for (auto lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+    Tokens x(H, B * L, DType::bf16, rng, lb);
+    Tensor pool_b = rounded_to_bf16(state_pool(slots, H, rng)), pool0 = clone(pool_b);
+    Tensor out_f = Tensor::empty({B, H, V}, DType::bf16), out_b = Tensor::empty({B, H, V}, DType::bf16);
+    for (int64_t t = 0; t < L; ++t) {
+      Tensor pool_f = widened_to_f32(pool_b);
+      KdaPackedDecodeArgs a;
+      x.rows_into(a, t * B, B);
+      a.state_indices = idx;
+      a.out = out_f;
+      a.state_pool = pool_f;
+      kda_packed_decode(kCpu, a);
+      a.out = out_b;
+      a.state_pool = pool_b;
+      kda_packed_decode(kCpu, a);
+      EXPECT_EQ(bytes_of(out_b), bytes_of(out_f)) << "token " << t << (lb ? " lb" : "");
+      EXPECT_EQ(bytes_of(pool_b), bytes_of(rounded_to_bf16(pool_f))) << "token " << t << (lb ? " lb" : "");
+      EXPECT_TRUE(all_zero(out_b, 1, 1));
+    }
+    for (int64_t s : {0, 2, 4, 6}) EXPECT_EQ(slot_bytes(pool_b, s), slot_bytes(pool0, s)) << "slot " << s;
+    EXPECT_NE(slot_bytes(pool_b, 3), slot_bytes(pool0, 3));
+  }
+}
+
+TEST(KdaCpu, Bf16PoolVerifyColumnsAreDecodeSteps) {
+  // With a bf16 pool the running state of kda_recurrent is rounded to bf16 after every token,
+  // so column t holds exactly the pool after t + 1 bf16 decode steps, and T = 1 is decode.
+  std::mt19937_64 rng(14);
+  const int64_t H = 2, N = 3, S = 4, T = 4, slots = N * S + 1;
+  Tokens x(H, N * T, DType::f32, rng, -5.0f);
+  Tensor table = Tensor::empty({N, S}, DType::i32);
+  for (int64_t i = 0; i < N * S; ++i) table.view().ptr<int32_t>()[i] = static_cast<int32_t>(1 + i);
+  Tensor acc = ints({1, 1, 1});
+  Tensor pool = rounded_to_bf16(state_pool(slots, H, rng)), pool0 = clone(pool);
+  Tensor out = Tensor::empty({N * T, H, V}, DType::f32), dout = Tensor::empty({1, H, V}, DType::f32);
+  KdaRecurrentArgs r;
+  x.rows_into(r, 0, N * T);
+  r.out = out;
+  r.state_pool = pool;
+  r.slot_table = table;
+  r.num_accepted = acc;
+  kda_recurrent(kCpu, r);
+  for (int64_t n = 0; n < N; ++n) {
+    Tensor dpool = clone(pool0), sidx = ints({1 + n * S});
+    for (int64_t t = 0; t < T; ++t) {
+      KdaPackedDecodeArgs d;
+      x.rows_into(d, n * T + t, 1);
+      d.out = dout;
+      d.state_pool = dpool;
+      d.state_indices = sidx;
+      kda_packed_decode(kCpu, d);
+      EXPECT_EQ(slot_bytes(pool, 1 + n * S + t), slot_bytes(dpool, 1 + n * S)) << "sequence " << n << " column " << t;
+      EXPECT_EQ(std::memcmp(dout.data(), out.view().ptr<float>() + (n * T + t) * H * V, H * V * 4), 0)
+          << "sequence " << n << " token " << t;
+    }
+  }
+}
+
+TEST(KdaCpu, Bf16PoolPrefillIsF32PrefillRounded) {
+  // The chunked form keeps its state f32 at chunk boundaries and rounds only what it stores:
+  // final states and checkpoints of a bf16 pool are the f32-pool ones rounded; outputs equal.
+  std::mt19937_64 rng(15);
+  const int64_t H = 2;
+  const std::vector<int64_t> cu = {0, 5, 5, 140, 203};
+  Tokens x(H, cu.back(), DType::bf16, rng);
+  Tensor pool_b = rounded_to_bf16(state_pool(6, H, rng)), pool_f = widened_to_f32(pool_b);
+  Tensor ck_b = Tensor::empty({2, H, V, K}, DType::bf16), ck_f = Tensor::empty({2, H, V, K}, DType::f32);
+  Tensor out_b = Tensor::empty({x.rows, H, V}, DType::bf16), out_f = Tensor::empty({x.rows, H, V}, DType::bf16);
+  Tensor tcu = ints(cu), tslots = ints({2, 4, 1, -1}), tcuk = ints({0, 0, 0, 2, 2});
+  KdaChunkPrefillArgs a = prefill_args(x, out_f, pool_f, tcu, tslots);
+  a.checkpoints = ck_f;
+  a.cu_checkpoints = tcuk;
+  kda_chunk_prefill(kCpu, a);
+  a.out = out_b;
+  a.state_pool = pool_b;
+  a.checkpoints = ck_b;
+  kda_chunk_prefill(kCpu, a);
+  EXPECT_EQ(bytes_of(out_b), bytes_of(out_f));
+  EXPECT_EQ(bytes_of(pool_b), bytes_of(rounded_to_bf16(pool_f)));
+  EXPECT_EQ(bytes_of(ck_b), bytes_of(rounded_to_bf16(ck_f)));
+}
+
 // ---- the short convolution ----
 
 struct Conv {
@@ -742,8 +848,24 @@ TEST(KdaCpu, BadInputNamesTheArgument) {
   expect_error([&] { auto a = good; a.state_pool = pool_h; kda_packed_decode(kCpu, a); }, "state_pool: expected size 2");
   Tensor out_v = Tensor::empty({B, H, 64}, DType::bf16);
   expect_error([&] { auto a = good; a.out = out_v; kda_packed_decode(kCpu, a); }, "state_pool: expected size 64");
-  Tensor pool_bf = Tensor::empty({4, H, V, K}, DType::bf16);
-  expect_error([&] { auto a = good; a.state_pool = pool_bf; kda_packed_decode(kCpu, a); }, "state_pool: expected dtype f32");
+  Tensor pool_f16 = Tensor::empty({4, H, V, K}, DType::f16);
+  expect_error([&] { auto a = good; a.state_pool = pool_f16; kda_packed_decode(kCpu, a); },
+               "state_pool: expected dtype f32 or bf16");
+  // Misaligned: a pool (or raw_g) whose data pointer is off the element grid.
+  const TensorView pool_odd(static_cast<char*>(pool.data()) + 2, Device::cpu, DType::f32, {3, H, V, K},
+                            {H * V * K, V * K, K, 1});
+  expect_error([&] { auto a = good; a.state_pool = pool_odd; kda_packed_decode(kCpu, a); },
+               "state_pool: expected a data pointer aligned");
+  const TensorView g_odd(static_cast<char*>(x.raw_g.data()) + 1, Device::cpu, DType::bf16, {B, H, K},
+                         {H * K, K, 1});
+  expect_error([&] { auto a = good; a.raw_g = g_odd; kda_packed_decode(kCpu, a); }, "raw_g: expected a data pointer aligned");
+  // H / K mismatch between the token inputs themselves.
+  Tensor g_k = Tensor::empty({B, H, 64}, DType::bf16);
+  expect_error([&] { auto a = good; a.raw_g = g_k; kda_packed_decode(kCpu, a); }, "dt_bias: expected size 128");
+  Tensor beta_h = Tensor::empty({B, H + 1}, DType::bf16);
+  expect_error([&] { auto a = good; a.raw_beta = beta_h; kda_packed_decode(kCpu, a); }, "raw_beta: expected size 2 in dim 1");
+  Tensor dt_k = Tensor::empty({H * K + 1}, DType::f32);
+  expect_error([&] { auto a = good; a.dt_bias = dt_k; kda_packed_decode(kCpu, a); }, "dt_bias: expected size 256");
   expect_error([&] { auto a = good; a.state_pool = pool.view().transposed(2, 3); kda_packed_decode(kCpu, a); },
                "state_pool: expected each slot contiguous");
   // Misaligned rows: channel stride 2, and a row start off the element grid.
@@ -775,6 +897,16 @@ TEST(KdaCpu, BadInputNamesTheArgument) {
   expect_error([&] { auto a = r; a.num_accepted = acc_bad; kda_recurrent(kCpu, a); },
                "kda_recurrent: num_accepted: expected values in [1, 2]");
   expect_error([&] { auto a = r; a.slot_table = idx; kda_recurrent(kCpu, a); }, "slot_table: expected rank 2");
+  Tensor acc2d = Tensor::empty({B, 1}, DType::i32);
+  expect_error([&] { auto a = r; a.num_accepted = acc2d; kda_recurrent(kCpu, a); }, "num_accepted: expected rank 1");
+  Tensor tab_past = Tensor::empty({B, 2}, DType::i32);
+  const int32_t past_ids[B][2] = {{4, 2}, {3, 0}, {0, 0}};
+  std::memcpy(tab_past.data(), past_ids, sizeof past_ids);
+  expect_error([&] { auto a = r; a.slot_table = tab_past; kda_recurrent(kCpu, a); },
+               "slot_table: expected slot ids in [1, 3]");
+  Tensor pool_bf = Tensor::empty({4, H, V, K}, DType::bf16);
+  std::memset(pool_bf.data(), 0, static_cast<size_t>(pool_bf.bytes()));
+  kda_recurrent(kCpu, [&] { auto a = r; a.state_pool = pool_bf; return a; }());  // a bf16 pool is legal
   Tensor tab1 = Tensor::empty({1, 2}, DType::i32);
   Tensor acc1 = ints({1});
   expect_error([&] { auto a = r; a.slot_table = tab1; a.num_accepted = acc1; kda_recurrent(kCpu, a); },
@@ -799,6 +931,15 @@ TEST(KdaCpu, BadInputNamesTheArgument) {
   expect_error([&] { auto a = c; a.checkpoints = ck; a.cu_checkpoints = cuk; kda_chunk_prefill(kCpu, a); },
                "cu_checkpoints: expected floor(len / 64) = 0 rows for sequence 1");
   expect_error([&] { auto a = c; a.checkpoints = ck; kda_chunk_prefill(kCpu, a); }, "cu_checkpoints: expected");
+  // All pools of a call share one dtype: bf16 checkpoints with an f32 pool are an error.
+  Tensor ck_bf = Tensor::empty({1, H, V, K}, DType::bf16), cuk0 = ints({0, 0, 0, 0});
+  expect_error([&] { auto a = c; a.checkpoints = ck_bf; a.cu_checkpoints = cuk0; kda_chunk_prefill(kCpu, a); },
+               "checkpoints: expected the dtype of state_pool (f32)");
+  Tensor sl_past = ints({1, 2, 4}), sl_2d = Tensor::empty({3, 1}, DType::i32);
+  expect_error([&] { auto a = c; a.state_indices = sl_past; kda_chunk_prefill(kCpu, a); },
+               "kda_chunk_prefill: state_indices: expected slot ids in [1, 3]");
+  expect_error([&] { auto a = c; a.state_indices = sl_2d; kda_chunk_prefill(kCpu, a); },
+               "state_indices: expected rank 1");
 
   // conv
   Tensor cx = Tensor::empty({4, 16}, DType::f32), cw = Tensor::empty({16, 4}, DType::f32);

@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <vector>
 
+#include "kestrel/core/convert.h"
 #include "kestrel/core/tensor.h"
 #include "kestrel/ops/cuda_launches.h"
 #include "kestrel/ops/kda_conv1d_prefill.h"
@@ -121,6 +123,74 @@ TEST_P(Kda, RecurrentOneTokenIsDecode) {
     std::vector<uint8_t> zeros(static_cast<size_t>(H * V * 4), 0);
     for (int64_t n : {1, 3})
       EXPECT_EQ(std::memcmp(o.data() + n * H * V * 4, zeros.data(), zeros.size()), 0) << "row " << n;
+  }
+}
+
+TEST_P(Kda, Bf16PoolDecodeIsF32DecodeRounded) {
+  // A bf16 pool widens exactly, steps in the same f32 code and rounds to nearest even
+  // (docs/ops/kda.md "State dtype"), so on one backend: bf16-pool decode == f32-pool decode on
+  // the widened state, then the state rounded. Outputs and states bit for bit, token by token;
+  // padding rows zero, slots nobody addresses untouched. Then verify with T = S = 3 from a bf16
+  // pool: column t == the pool after t + 1 bf16 decode steps (the running state is rounded
+  // after every token).
+  const int64_t H = 2, K = 128, V = 128, B = 4, L = 3, slots = 7, cols = 2 * H * K + H * V;
+  const std::vector<int32_t> idx = {3, 0, 5, 1};
+  const auto qkv = random_f32(L * B * cols, 20, -1, 1), g = random_f32(L * B * H * K, 21, -4, 2),
+             beta = random_f32(L * B * H, 22, -3, 3), alog = random_f32(H, 23, -1, 1), dt = random_f32(H * K, 24, -1, 1),
+             pool32 = random_f32(slots * H * V * K, 25, -0.5f, 0.5f);
+  std::vector<uint16_t> pool16(pool32.size());
+  for (size_t i = 0; i < pool16.size(); ++i) pool16[i] = f32_to_bf16(pool32[i]);
+  Tensor q = upload(qkv, {L * B, cols}, DType::f32, dev()), gt = upload(g, {L * B, H, K}, DType::f32, dev()),
+         bt = upload(beta, {L * B, H}, DType::f32, dev()), at = upload(alog, {H}, DType::f32, dev()),
+         dtt = upload(dt, {H * K}, DType::f32, dev()), it = upload(idx, {B}, DType::i32, dev());
+  Tensor pb = upload(pool16, {slots, H, V, K}, DType::bf16, dev());
+  const std::vector<uint8_t> pb0 = download(pb);
+  Tensor ob = Tensor::empty({B, H, V}, DType::f32, dev()), of = Tensor::empty({B, H, V}, DType::f32, dev());
+  const int64_t slot_bytes = H * V * K * 2;
+  for (int64_t t = 0; t < L; ++t) {
+    std::vector<uint16_t> cur(pool16.size());
+    std::memcpy(cur.data(), download(pb).data(), cur.size() * 2);
+    std::vector<float> wide(cur.size());
+    for (size_t i = 0; i < cur.size(); ++i) wide[i] = bf16_to_f32(cur[i]);
+    Tensor pf = upload(wide, {slots, H, V, K}, DType::f32, dev());
+    const TensorView qt = q.view().slice(0, t * B, B), g_t = gt.view().slice(0, t * B, B),
+                     b_t = bt.view().slice(0, t * B, B);
+    ops::KdaPackedDecodeArgs d{of, pf, qt, g_t, b_t, at, dtt, it, std::optional<float>{-5.0f}};
+    ops::kda_packed_decode(GetParam(), d);
+    d.out = ob;
+    d.state_pool = pb;
+    EXPECT_EQ(launches(GetParam(), [&] { ops::kda_packed_decode(GetParam(), d); }), expected_launches());
+    device_sync();
+    EXPECT_EQ(download(ob), download(of)) << "token " << t;
+    std::vector<float> after(wide.size());
+    std::memcpy(after.data(), download(pf).data(), after.size() * 4);
+    std::vector<uint16_t> want(after.size());
+    for (size_t i = 0; i < after.size(); ++i) want[i] = f32_to_bf16(after[i]);
+    std::vector<uint8_t> want_bytes(want.size() * 2);
+    std::memcpy(want_bytes.data(), want.data(), want_bytes.size());
+    EXPECT_EQ(download(pb), want_bytes) << "token " << t;
+  }
+  const std::vector<uint8_t> pb1 = download(pb);
+  for (int64_t s : {0, 2, 4, 6})
+    EXPECT_EQ(std::memcmp(pb1.data() + s * slot_bytes, pb0.data() + s * slot_bytes, slot_bytes), 0) << "slot " << s;
+  // Verify: N = 1 sequence, slots 1, 2, 3 as its columns; decode from slot 1 of a copy.
+  Tensor pv = upload(pool16, {slots, H, V, K}, DType::bf16, dev()), pd = upload(pool16, {slots, H, V, K}, DType::bf16, dev());
+  const std::vector<int32_t> tab = {1, 2, 3}, acc = {1}, one = {1};
+  Tensor tt = upload(tab, {1, 3}, DType::i32, dev()), act = upload(acc, {1}, DType::i32, dev()),
+         onet = upload(one, {1}, DType::i32, dev());
+  Tensor ov = Tensor::empty({3, H, V}, DType::f32, dev()), od = Tensor::empty({1, H, V}, DType::f32, dev());
+  ops::KdaRecurrentArgs r{ov, pv, q.view().slice(0, 0, 3), gt.view().slice(0, 0, 3), bt.view().slice(0, 0, 3),
+                          at, dtt, tt, act, std::nullopt};
+  ops::kda_recurrent(GetParam(), r);
+  for (int64_t t = 0; t < 3; ++t) {
+    ops::KdaPackedDecodeArgs d{od, pd, q.view().slice(0, t, 1), gt.view().slice(0, t, 1), bt.view().slice(0, t, 1),
+                               at, dtt, onet, std::nullopt};
+    ops::kda_packed_decode(GetParam(), d);
+    device_sync();
+    const std::vector<uint8_t> v = download(pv), w = download(pd);
+    EXPECT_EQ(std::memcmp(v.data() + (1 + t) * slot_bytes, w.data() + slot_bytes, slot_bytes), 0) << "column " << t;
+    const std::vector<uint8_t> ovb = download(ov), odb = download(od);
+    EXPECT_EQ(std::memcmp(ovb.data() + t * H * V * 4, odb.data(), H * V * 4), 0) << "token " << t;
   }
 }
 

@@ -41,8 +41,9 @@ KdaDims check_token_inputs(const char* op, const TensorView& out, const TensorVi
                            const TensorView& dt_bias, std::optional<float> lower_bound, int64_t rows,
                            const char* rows_what);
 
-// A recurrent-state pool (rank 4) [slots, H, V, K] f32, each slot contiguous (K innermost), any slot
-// stride that keeps slots apart; `arg` names it in messages.
+// A recurrent-state pool (rank 4) [slots, H, V, K] f32 | bf16, each slot contiguous (K innermost), any
+// slot stride that keeps slots apart; `arg` names it in messages. A bf16 pool holds the f32 state
+// rounded to nearest even (docs/ops/kda.md "State dtype").
 void check_state_pool(const char* op, const char* arg, const TensorView& pool, const KdaDims& d);
 
 // An index vector [n] of i32 | i64 with any stride (a column of a table is fine).

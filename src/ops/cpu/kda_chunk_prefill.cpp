@@ -207,7 +207,7 @@ void kda_chunk_prefill_token_by_token(const KdaChunkPrefillArgs& a) {
       initial_state(a, p, n, h, d, s);
       for (int64_t t = p.cu[n]; t < p.cu[n + 1]; ++t) {
         in.load(t, h, x);
-        kda::token_step(s, x, d, o.data());
+        kda::token_step(s, x, d, o.data(), a.state_pool.dtype);
         kda::store_out(a.out, t, h, d.V, o.data());
         const int64_t done = t + 1 - p.cu[n];
         if (a.checkpoints.defined() && done % kKdaChunk == 0)

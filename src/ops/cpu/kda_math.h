@@ -7,6 +7,10 @@
 // is f64; what the op stores (outputs, states) is rounded once to its dtype. The recurrent
 // state is f32 by definition: a running state is rounded to f32 after every token (the token
 // forms) or at every chunk boundary (the chunked form), i.e. wherever a kernel would store it.
+// A bf16 state pool holds that f32 state rounded to bf16 (nearest even): loads widen exactly,
+// the step is the f32 step, and the token forms round the running state f32 -> bf16 after
+// every token (so a verify column equals the decode step it replaces, bit for bit); the
+// chunked form keeps f32 at chunk boundaries and rounds to bf16 where it stores.
 #pragma once
 
 #include <cmath>
@@ -16,6 +20,7 @@
 #include <set>
 #include <vector>
 
+#include "kestrel/core/convert.h"
 #include "kestrel/core/error.h"
 #include "kestrel/ops/cpu_access.h"
 #include "kestrel/ops/kda_common.h"
@@ -93,18 +98,34 @@ struct TokenInputs {
 // A head's state in f64, laid out like a pool slot: s[v * K + k] = S[k][v].
 using HeadState = std::vector<double>;
 
-inline const float* slot_head(const TensorView& pool, int64_t slot, int64_t h) {
-  return static_cast<const float*>(pool.data) + slot * pool.stride(0) + h * pool.stride(1);
+// Element offset of head h of `slot` in a [slots, H, V, K] pool (or a checkpoint tensor).
+inline int64_t slot_head(const TensorView& pool, int64_t slot, int64_t h) {
+  return slot * pool.stride(0) + h * pool.stride(1);
 }
 
+// The pool's state of one head, widened exactly (f32 or bf16 pool).
 inline void load_state(const TensorView& pool, int64_t slot, int64_t h, const KdaDims& d, HeadState& s) {
-  const float* p = slot_head(pool, slot, h);
-  s.assign(p, p + d.V * d.K);
+  const int64_t off = slot_head(pool, slot, h), n = d.V * d.K;
+  s.resize(static_cast<size_t>(n));
+  if (pool.dtype == DType::bf16) {
+    const uint16_t* p = static_cast<const uint16_t*>(pool.data) + off;
+    for (int64_t i = 0; i < n; ++i) s[i] = bf16_to_f32(p[i]);
+  } else {
+    const float* p = static_cast<const float*>(pool.data) + off;
+    s.assign(p, p + n);
+  }
 }
 
+// Stores a state: f32 pools get the f32 value, bf16 pools the f32 value rounded to nearest even.
 inline void store_state(const TensorView& pool, int64_t slot, int64_t h, const KdaDims& d, const HeadState& s) {
-  float* p = const_cast<float*>(slot_head(pool, slot, h));
-  for (int64_t i = 0; i < d.V * d.K; ++i) p[i] = static_cast<float>(s[i]);
+  const int64_t off = slot_head(pool, slot, h), n = d.V * d.K;
+  if (pool.dtype == DType::bf16) {
+    uint16_t* p = static_cast<uint16_t*>(pool.data) + off;
+    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16(static_cast<float>(s[i]));
+  } else {
+    float* p = static_cast<float*>(pool.data) + off;
+    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(s[i]);
+  }
 }
 
 // The state is f32: what a store then a load would give.
@@ -112,9 +133,18 @@ inline void round_state_f32(HeadState& s) {
   for (double& x : s) x = static_cast<double>(static_cast<float>(x));
 }
 
-// One token (DESIGN.md 4.3), f64, then the state rounded to f32:
+// What a store to a pool of `dtype` then a load would give: f32, then (bf16 pools) f32 -> bf16
+// to nearest even. The double rounding is the definition: a kernel steps in f32 and rounds
+// its f32 state to bf16.
+inline void round_state(HeadState& s, DType dtype) {
+  if (dtype != DType::bf16) return round_state_f32(s);
+  for (double& x : s) x = static_cast<double>(bf16_to_f32(f32_to_bf16(static_cast<float>(x))));
+}
+
+// One token (DESIGN.md 4.3), f64, then the state rounded to the pool's dtype (round_state):
 //   S' = diag(exp(g)) S;  u = beta (v - S'^T k);  S = S' + k u^T;  o = S^T q
-inline void token_step(HeadState& s, const TokenHead& x, const KdaDims& d, double* o) {
+// The output uses the updated state before that rounding (a kernel's registers).
+inline void token_step(HeadState& s, const TokenHead& x, const KdaDims& d, double* o, DType state_dtype) {
   const int64_t K = d.K, V = d.V;
   std::vector<double> decay(K);
   for (int64_t i = 0; i < K; ++i) decay[i] = std::exp(x.g[i]);
@@ -133,7 +163,7 @@ inline void token_step(HeadState& s, const TokenHead& x, const KdaDims& d, doubl
     }
     o[j] = oq;
   }
-  round_state_f32(s);
+  round_state(s, state_dtype);
 }
 
 // Writes an output row [V] of head h (or zeros for padding).

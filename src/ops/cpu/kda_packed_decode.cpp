@@ -32,7 +32,7 @@ void kda_packed_decode(const KdaPackedDecodeArgs& a) {
       }
       in.load(b, h, x);
       kda::load_state(a.state_pool, slot[b], h, d, s);
-      kda::token_step(s, x, d, o.data());
+      kda::token_step(s, x, d, o.data(), a.state_pool.dtype);
       kda::store_state(a.state_pool, slot[b], h, d, s);
       kda::store_out(a.out, b, h, d.V, o.data());
     }

@@ -50,7 +50,7 @@ void kda_recurrent(const KdaRecurrentArgs& a) {
       kda::load_state(a.state_pool, start[n], h, d, s);
       for (int64_t t = 0; t < T; ++t) {
         in.load(n * T + t, h, x);
-        kda::token_step(s, x, d, o.data());
+        kda::token_step(s, x, d, o.data(), a.state_pool.dtype);
         kda::store_out(a.out, n * T + t, h, d.V, o.data());
         const int64_t c = kda::index_at(a.slot_table, n, t);
         if (c > 0) kda::store_state(a.state_pool, c, h, d, s);

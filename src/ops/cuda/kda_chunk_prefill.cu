@@ -538,6 +538,9 @@ Support kda_chunk_prefill_supports(const KdaChunkPrefillArgs& a) {
   const int64_t K = a.raw_g.size(2), V = a.out.size(2), H = a.raw_g.size(1), N = a.state_indices.size(0);
   if (K != kK) return Support::no(str("K = ", kK, " only (a state row is one float4 per lane); got K = ", K));
   if (V % kTileV != 0) return Support::no(str("V a multiple of ", kTileV, " (the value tile of a CTA); got V = ", V));
+  if (a.state_pool.dtype != DType::f32)
+    return Support::no(str("state_pool: f32 only in this kernel (got ", dtype_name(a.state_pool.dtype),
+                           "; bf16 pools: kda_packed_decode, kda_recurrent, and the CPU reference)"));
   if (!slots_aligned(a.state_pool))
     return Support::no("state_pool: slots 16-byte aligned (base address and slot stride a multiple of 4 floats)");
   if (a.checkpoints.defined() && !slots_aligned(a.checkpoints))

@@ -18,10 +18,12 @@
 //   per warp, and saves a block barrier and shared memory: the kernel has neither;
 // - per row, S'^T k and S^T q are 4-wide partial dots per lane reduced by xor shuffles, the 4
 //   rows' reductions interleaved; lane j writes o[v0 + j].
-// Bytes per (token, head): 2 * K * V * 4 (state) + (2K + V) * sizeof(T) (q, k, v)
+// A bf16 pool halves the state bytes: a lane moves its 4 key dims as one 8-byte access, the
+// rows are widened to f32 in registers and rounded back to bf16 (nearest even) before the store.
+// Bytes per (token, head): 2 * K * V * sizeof(pool) (state) + (2K + V) * sizeof(T) (q, k, v)
 // + K * sizeof(raw_g) + V * sizeof(T) (out) + beta, A_log, dt_bias (4 B + 4 + 512, L2-resident).
 // Padding rows (slot <= 0): the CTA writes its 32 zero outputs and reads no state.
-// Needs K = 128 and 16-byte aligned slots (supports says so otherwise); any V, H, strides.
+// Needs K = 128 and slots aligned to 4 elements (supports says so otherwise); any V, H, strides.
 #include "kda_token_step.cuh"
 #include "kestrel/ops/kda_packed_decode.h"
 
@@ -41,7 +43,8 @@ void kda_packed_decode(const KdaPackedDecodeArgs& a, Stream stream) {
   p.accepted = nullptr;
   p.N = static_cast<int>(a.state_indices.size(0));
   p.T = 1;
-  kda::launch_token_steps<false>(p, a.out.dtype, stream, "kda_packed_decode", "kda_packed_decode_kernel");
+  kda::launch_token_steps<false>(p, a.out.dtype, a.state_pool.dtype, stream,
+                                  "kda_packed_decode", "kda_packed_decode_kernel");
 }
 
 }  // namespace kestrel::ops::cuda

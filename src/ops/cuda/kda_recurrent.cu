@@ -13,7 +13,7 @@
 // - token t + 1's inputs are loaded before token t's math (a one-deep software pipeline), so
 //   their latency hides behind the step; the per-token math is in f32 registers as in decode;
 // - padding sequences (start slot <= 0): the CTA writes T rows of zero outputs, no state.
-// Bytes per (sequence, head): K * V * 4 * (1 + columns written) (state) + T * ((2K + V) *
+// Bytes per (sequence, head): K * V * sizeof(pool) * (1 + columns written) (state) + T * ((2K + V) *
 // sizeof(T) + K * sizeof(raw_g) + V * sizeof(T) + beta).
 #include "kda_token_step.cuh"
 #include "kestrel/ops/kda_recurrent.h"
@@ -37,7 +37,8 @@ void kda_recurrent(const KdaRecurrentArgs& a, Stream stream) {
   p.acc_s0 = a.num_accepted.stride(0);
   p.N = static_cast<int>(N);
   p.T = N == 0 ? 0 : checked_int(a.mixed_qkv.size(0) / N, "kda_recurrent", "T");
-  kda::launch_token_steps<true>(p, a.out.dtype, stream, "kda_recurrent", "kda_recurrent_kernel");
+  kda::launch_token_steps<true>(p, a.out.dtype, a.state_pool.dtype, stream,
+                                  "kda_recurrent", "kda_recurrent_kernel");
 }
 
 }  // namespace kestrel::ops::cuda

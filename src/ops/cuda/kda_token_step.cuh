@@ -6,13 +6,22 @@
 // Work split: one CTA of kWarps warps per (sequence n, head h, tile of kTileV state rows v);
 // warp w owns rows v0 .. v0 + kRows - 1 (v0 = tile * kTileV + w * kRows); lane l owns key dims
 // 4l .. 4l + 3 of each of those rows (K = 128 = 32 lanes x one float4). A state row S[:, v] is
-// K contiguous floats in the pool, so a warp reads and writes it as 512 contiguous bytes. The
+// K contiguous elements in the pool, so a warp reads and writes it as 512 contiguous bytes (f32
+// pool: one 16-byte access per lane) or 256 (bf16 pool: one 8-byte access per lane). The
 // kernel has no shared memory and no block barrier: a warp computes what it needs of the
 // token (q_hat, k_hat, exp(g) for its lanes' 4 key dims, beta, the v of its rows) in registers,
 // and reduces the per-row dot products with xor shuffles.
+//
+// State dtype (template parameter P, float | __nv_bfloat16): the rows are widened to f32 on load
+// (exact), every token step is the same f32 code, and for a bf16 pool the f32 rows are rounded
+// to bf16 (nearest even) in registers after every token, before any store: so the state a
+// later token starts from is what the pool would hold, and a verify column equals the decode
+// step it replaces. The output of a token uses the rows before that rounding (as the CPU
+// reference, src/ops/cpu/kda_math.h token_step).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kda_common.cuh"
 #include "kestrel/ops/backend.h"
@@ -29,7 +38,7 @@ static_assert(kPerLane == 4, "a lane's key dims are one float4");
 
 struct KdaStepParams {
   void* out;             // [N*T, H, V] bf16 | f32 (dtype of mixed_qkv), any strides
-  float* pool;           // [slots, H, V, K] f32, each slot contiguous, slots 16-byte aligned
+  void* pool;            // [slots, H, V, K] f32 | bf16, each slot contiguous, slots aligned to 4 elements
   const void* qkv;       // [N*T, >= 2HK + HV] dtype of out, channel stride 1
   const void* raw_g;     // [N*T, H, K] bf16 | f32
   const void* raw_beta;  // [N*T, H] bf16 | f32
@@ -106,6 +115,38 @@ __device__ __forceinline__ TokenHead finish_token(const TokenRaw& r, const float
   return x;
 }
 
+// A lane's 4 key dims of one state row (p aligned to 4 elements): one 16-byte load from an f32
+// pool, one 8-byte load from a bf16 pool (element 0 in the low half of the first word), widened
+// exactly.
+__device__ __forceinline__ float4 load_state4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 load_state4(const __nv_bfloat16* p) {
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+
+// The inverse: one 16-byte store, or 4 values rounded to bf16 (nearest even) in one 8-byte store.
+__device__ __forceinline__ void store_state4(float* p, const float4& s) { *reinterpret_cast<float4*>(p) = s; }
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
+         (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
+}
+__device__ __forceinline__ void store_state4(__nv_bfloat16* p, const float4& s) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16x2(s.x, s.y), pack_bf16x2(s.z, s.w));
+}
+
+// What a store to a pool of P and a load back give: nothing changes for f32; bf16 rounds each
+// value to nearest even.
+template <typename P>
+__device__ __forceinline__ void round_to_pool(float4& s) {
+  if constexpr (!std::is_same_v<P, float>) {
+    s.x = __bfloat162float(__float2bfloat16_rn(s.x));
+    s.y = __bfloat162float(__float2bfloat16_rn(s.y));
+    s.z = __bfloat162float(__float2bfloat16_rn(s.z));
+    s.w = __bfloat162float(__float2bfloat16_rn(s.w));
+  }
+}
+
 // One token on the warp's rows, in place:  S' = diag(exp(g)) S;  u = beta (v - S'^T k_hat);
 // S = S' + k_hat u^T;  o = S^T q_hat. Every lane ends with the full o of each row.
 __device__ __forceinline__ void token_step(float4 (&s)[kRows], const TokenHead& x, float (&o)[kRows]) {
@@ -135,7 +176,7 @@ __device__ __forceinline__ void token_step(float4 (&s)[kRows], const TokenHead& 
 // kMulti = true: T tokens; the state starts at column accepted[n] - 1 and the state after token
 // t goes to column t (skipped where that id is <= 0). Either way a padding sequence (start slot
 // <= 0) writes zero output rows and touches no state.
-template <typename T, bool kMulti>
+template <typename T, typename P, bool kMulti>
 __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStepParams p) {
   const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
   const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
@@ -155,14 +196,16 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
       for (int t = 0; t < steps; ++t) out[(n * steps + t) * p.out_s0 + out_col] = from_f32<T>(0.0f);
     return;
   }
-  const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot
-  const int64_t row0 = static_cast<int64_t>(v0) * (kK / 4) + lane;  // float4 index of this lane in row v0
+  P* const pool = static_cast<P*>(p.pool);
+  const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot (elements)
+  // Element offset of this lane's 4 key dims in row v0 of a head: a multiple of 4 elements.
+  const int64_t row0 = static_cast<int64_t>(v0) * kK + lane * kPerLane;
   // The state rows first: they are the bytes that matter, so they go out before anything else.
   float4 s[kRows];
   {
-    const float4* src = reinterpret_cast<const float4*>(p.pool + start * p.pool_s0 + head);
+    const P* src = pool + start * p.pool_s0 + head + row0;
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) s[j] = v0 + j < p.V ? src[row0 + j * (kK / 4)] : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < kRows; ++j) s[j] = v0 + j < p.V ? load_state4(src + j * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   const float exp_a_log = expf(p.A_log[h * p.alog_s0]);
   float dt[kPerLane];
@@ -183,11 +226,13 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
     for (int j = 1; j < kRows; ++j)
       if (lane == j) mine = o[j];
     if (writes_out) out[row * p.out_s0 + out_col] = from_f32<T>(mine);
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) round_to_pool<P>(s[j]);  // the state the pool holds (bf16: RNE)
     if (dst > 0) {
-      float4* d = reinterpret_cast<float4*>(p.pool + dst * p.pool_s0 + head);
+      P* d = pool + dst * p.pool_s0 + head + row0;
 #pragma unroll
       for (int j = 0; j < kRows; ++j)
-        if (v0 + j < p.V) d[row0 + j * (kK / 4)] = s[j];
+        if (v0 + j < p.V) store_state4(d + j * kK, s[j]);
     }
     cur = next;
   }
@@ -195,9 +240,12 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
 
 // What both ops' `supports` check beyond the shared argument checks.
 inline Support token_steps_supports(const TensorView& pool, int64_t K, int64_t N, int64_t H, int64_t V) {
-  if (K != kK) return Support::no(str("K = ", kK, " only (a state row is one float4 per lane of a warp); got K = ", K));
-  if (reinterpret_cast<uintptr_t>(pool.data) % 16 != 0 || (pool.size(0) > 1 && pool.stride(0) % 4 != 0))
-    return Support::no("state_pool: slots 16-byte aligned (base address and slot stride a multiple of 4 floats)");
+  if (K != kK) return Support::no(str("K = ", kK, " only (a state row is 4 key dims per lane of a warp); got K = ", K));
+  // A lane moves 4 contiguous state elements at once: 16 bytes (f32) or 8 bytes (bf16).
+  const size_t align = 4 * dtype_size(pool.dtype);
+  if (reinterpret_cast<uintptr_t>(pool.data) % align != 0 || (pool.size(0) > 1 && pool.stride(0) % 4 != 0))
+    return Support::no(str("state_pool: slots aligned to 4 elements (", dtype_name(pool.dtype),
+                           ": base address a multiple of ", align, " bytes, slot stride a multiple of 4 elements)"));
   if (H > INT32_MAX || V > INT32_MAX || N > INT32_MAX) return Support::no("N, H and V must fit in int32");
   const int64_t tiles = (V + kTileV - 1) / kTileV;
   if (N * H * tiles > INT32_MAX) return Support::no(str("N * H * ceil(V / ", kTileV, ") must fit in int32 (grid size)"));
@@ -209,7 +257,7 @@ template <typename Args>
 KdaStepParams token_steps_params(const Args& a) {
   KdaStepParams p{};
   p.out = a.out.data;
-  p.pool = static_cast<float*>(a.state_pool.data);
+  p.pool = a.state_pool.data;
   p.qkv = a.mixed_qkv.data;
   p.raw_g = a.raw_g.data;
   p.raw_beta = a.raw_beta.data;
@@ -232,14 +280,29 @@ KdaStepParams token_steps_params(const Args& a) {
   return p;
 }
 
-// Launches the kernel over N * H * tiles CTAs for the out dtype (bf16 | f32).
-template <bool kMulti>
-void launch_token_steps(const KdaStepParams& p, DType dtype, Stream stream, const char* op, const char* name) {
-  if (p.N == 0) return;
+template <typename T, typename P, bool kMulti>
+void launch_token_steps_as(const KdaStepParams& p, Stream stream) {
   const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
+  kda_token_steps_kernel<T, P, kMulti><<<blocks, kThreads, 0, as_cuda(stream)>>>(p);
+}
+
+// Launches the kernel over N * H * tiles CTAs for the out dtype and the pool dtype (bf16 | f32 each).
+template <bool kMulti>
+void launch_token_steps(const KdaStepParams& p, DType dtype, DType pool_dtype, Stream stream, const char* op,
+                        const char* name) {
+  if (p.N == 0) return;
+  const bool pool_bf16 = pool_dtype == DType::bf16;
+  if (!pool_bf16 && pool_dtype != DType::f32)
+    throw Error(str(op, ": no CUDA kernel for a state pool of dtype ", dtype_name(pool_dtype)));
   switch (dtype) {
-    case DType::f32: kda_token_steps_kernel<float, kMulti><<<blocks, kThreads, 0, as_cuda(stream)>>>(p); break;
-    case DType::bf16: kda_token_steps_kernel<__nv_bfloat16, kMulti><<<blocks, kThreads, 0, as_cuda(stream)>>>(p); break;
+    case DType::f32:
+      pool_bf16 ? launch_token_steps_as<float, __nv_bfloat16, kMulti>(p, stream)
+                : launch_token_steps_as<float, float, kMulti>(p, stream);
+      break;
+    case DType::bf16:
+      pool_bf16 ? launch_token_steps_as<__nv_bfloat16, __nv_bfloat16, kMulti>(p, stream)
+                : launch_token_steps_as<__nv_bfloat16, float, kMulti>(p, stream);
+      break;
     default: throw Error(str(op, ": no CUDA kernel for dtype ", dtype_name(dtype)));
   }
   KESTREL_LAUNCHED(name);

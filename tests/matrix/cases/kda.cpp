@@ -6,6 +6,7 @@
 // allowance is exactly 0), addressed ones within the spec's tolerance; padding output rows
 // must be exactly 0.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -33,9 +34,9 @@ constexpr double kConvAtol = 2e-6;         // conv outputs (inputs in [-1, 1], 4
 
 std::string gate_name(std::optional<float> lb) { return lb ? "lb5" : "softplus"; }
 
-// A [rows, cols] slot table: distinct slot ids from [1, slots) in random order; rows with
-// n % 4 == 1 are padding (all 0, or all -1 for every other one).
-Gen slot_table_gen(int64_t rows, int64_t cols, int64_t slots) {
+// A [rows, cols] slot table: distinct slot ids from [1, slots) in random order; with `pad`, rows
+// with n % 4 == 1 are padding (all 0, or all -1 for every other one).
+Gen slot_table_gen(int64_t rows, int64_t cols, int64_t slots, bool pad = true) {
   return Gen::with([=](std::vector<double>& v, uint64_t seed) {
     std::vector<int64_t> ids(static_cast<size_t>(slots - 1));
     std::iota(ids.begin(), ids.end(), 1);
@@ -43,7 +44,15 @@ Gen slot_table_gen(int64_t rows, int64_t cols, int64_t slots) {
     std::shuffle(ids.begin(), ids.end(), rng);
     for (int64_t n = 0; n < rows; ++n)
       for (int64_t c = 0; c < cols; ++c)
-        v[n * cols + c] = n % 4 == 1 ? (n % 8 == 1 ? 0.0 : -1.0) : static_cast<double>(ids[n * cols + c]);
+        v[n * cols + c] = pad && n % 4 == 1 ? (n % 8 == 1 ? 0.0 : -1.0) : static_cast<double>(ids[n * cols + c]);
+  });
+}
+
+// num_accepted [N] for a table of S columns: 1 + (n / 2) % S. Of rows 2m and 2m + 1 at least one
+// is live (padding rows are n % 4 == 1), so N >= 2S exercises every accepted count on a live row.
+Gen accepted_gen(int64_t S) {
+  return Gen::with([S](std::vector<double>& v, uint64_t) {
+    for (size_t n = 0; n < v.size(); ++n) v[n] = static_cast<double>(1 + (static_cast<int64_t>(n) / 2) % S);
   });
 }
 
@@ -103,103 +112,167 @@ Metric with_bound(Metric m, std::function<std::vector<double>(const HostBuffers&
 // ---- kda_packed_decode and kda_recurrent ----
 // Buffers: 0 out, 1 state_pool, 2..6 token inputs, 7 slot_table [N, S] i32, (8 num_accepted).
 
-void add_token_step_cases(Registry& r, Size size, bool recurrent) {
-  struct Shape { int64_t N, H, T; Size size; };
-  const std::vector<Shape> shapes =
-      recurrent ? std::vector<Shape>{{3, 2, 1, Size::ci}, {5, 2, 4, Size::ci}, {16, 8, 4, Size::full},
-                                     {6, 32, 3, Size::full}}
-                : std::vector<Shape>{{1, 2, 1, Size::ci}, {6, 3, 1, Size::ci}, {33, 8, 1, Size::full},
-                                     {12, 32, 1, Size::full}};
+// ulp of a bf16 value at r, as the runner measures it (tests/matrix/matrix.cpp ulp_at).
+double bf16_ulp_at(double r) {
+  int e = -126;
+  if (r != 0 && std::isfinite(r)) e = std::max(static_cast<int>(std::floor(std::log2(std::fabs(r)))), -126);
+  return std::ldexp(1.0, e - 7);
+}
+
+// One token-step case. Decode reads column 0 of a [N, S] table (S = 1: a plain vector, stride 1;
+// S = 8: stride 8; S = 2 contiguous or transposed: a slot-table column); verify (T tokens)
+// reads the whole table with S = 1 + num_spec columns and num_accepted = 1 + (n / 2) % S.
+struct StepCase {
+  int64_t N, H, S, T;
+  DType dt;
+  std::optional<float> lb;
+  Layout lay;
+  DType pool;  // f32 | bf16 state pool
+  bool pad;    // padding rows (n % 4 == 1) present
+  Size size;
+};
+
+void add_token_step_case(Registry& r, bool recurrent, const StepCase& k) {
+  const auto [N, H, S, T, dt, lb, lay, pool_dt, pad, sz] = k;
   const char* op = recurrent ? "kda_recurrent" : "kda_packed_decode";
-  // Slot table columns: 1 + num_spec = 4 for verify; decode reads column 0 of a [N, 2] table.
-  const int64_t S = recurrent ? 4 : 2;
-  for (auto [N, H, T, sz] : shapes) {
-    if (sz == Size::full && size != Size::full) continue;
-    const int64_t slots = N * S + 3, rows = N * T;
-    for (DType dt : {DType::bf16, DType::f32}) {
-      for (std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
-        for (Layout lay : {Layout::contiguous, Layout::padded}) {
-          if (sz == Size::ci && lay == Layout::padded && lb) continue;  // keep the CI slice small
-          Case c;
-          c.op = op;
-          c.id = str(op, "/N", N, recurrent ? str("-T", T) : "", "-H", H, "-", dtype_name(dt), "-", gate_name(lb),
-                     "-", layout_name(lay));
-          c.size = sz;
-          const double out_atol = kDecodeOutAtol * T;
-          const double st_atol = kStateAtolPerToken * T;
-          // Which rows are live and which slots are written, from the table and accepted counts.
-          auto live_and_touched = [=](const HostBuffers& in, std::vector<bool>& live, std::set<int64_t>& touched) {
-            live.assign(rows, false);
-            for (int64_t n = 0; n < N; ++n) {
-              const int64_t acc = recurrent ? static_cast<int64_t>(in.value(8, n)) : 1;
-              if (in.value(7, n * S + acc - 1) <= 0) continue;
-              for (int64_t t = 0; t < T; ++t) {
-                live[n * T + t] = true;
-                const auto s = static_cast<int64_t>(in.value(7, n * S + t));
-                if (s > 0) touched.insert(s);
-              }
-            }
-          };
-          c.buffers.push_back(
-              {"out", dt, {rows, H, V}, Role::output, lay, Gen::uniform(0, 0),
-               with_bound(rounded_once(dt, 8),
-                          [=](const HostBuffers& in) {
-                            std::vector<bool> live;
-                            std::set<int64_t> touched;
-                            live_and_touched(in, live, touched);
-                            return row_bound(live, H * V, out_atol);
-                          })});
-          c.buffers.push_back(
-              {"state_pool", DType::f32, {slots, H, V, K}, Role::inout, Layout::contiguous, Gen::uniform(-0.5, 0.5),
-               with_bound(Metric::within_ulps(0),
-                          [=](const HostBuffers& in) {
-                            std::vector<bool> live;
-                            std::set<int64_t> touched;
-                            live_and_touched(in, live, touched);
-                            return pool_bound(touched, slots, H, st_atol);
-                          })});
-          add_token_buffers(c, rows, H, dt, lay, lay == Layout::padded ? Layout::transposed : Layout::contiguous);
-          // The table is read through a strided view: column 0 for decode, [N, T] for verify.
-          c.buffers.push_back({"slot_table", DType::i32, {N, S}, Role::input,
-                               lay == Layout::padded ? Layout::transposed : Layout::contiguous,
-                               slot_table_gen(N, S, slots)});
-          if (recurrent) c.buffers.push_back({"num_accepted", DType::i32, {N}, Role::input, lay, Gen::ints(1, S)});
-          if (recurrent) {
-            auto make = [=](const std::vector<TensorView>& v) {
-              ops::KdaRecurrentArgs a;
-              a.out = v[0];
-              a.state_pool = v[1];
-              set_token_args(a, v, 2, H, lb);
-              a.slot_table = v[7];
-              a.num_accepted = v[8];
-              return a;
-            };
-            c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
-              return ops::kda_recurrent_supports(b, make(v));
-            };
-            c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
-              ops::kda_recurrent(b, make(v), s);
-            };
-          } else {
-            auto make = [=](const std::vector<TensorView>& v) {
-              ops::KdaPackedDecodeArgs a;
-              a.out = v[0];
-              a.state_pool = v[1];
-              set_token_args(a, v, 2, H, lb);
-              a.state_indices = v[7].select(1, 0);
-              return a;
-            };
-            c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
-              return ops::kda_packed_decode_supports(b, make(v));
-            };
-            c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
-              ops::kda_packed_decode(b, make(v), s);
-            };
-          }
-          r.push_back(std::move(c));
-        }
+  const int64_t slots = N * S + 3, rows = N * T;
+  Case c;
+  c.op = op;
+  c.id = str(op, "/N", N, recurrent ? str("-T", T) : "", "-H", H, "-S", S, "-", dtype_name(dt), "-", gate_name(lb), "-",
+             layout_name(lay), pool_dt == DType::bf16 ? "-bf16pool" : "", pad ? "" : "-nopad");
+  c.size = sz;
+  // docs/ops/kda.md "Tolerances": f32 pools: out 2e-6 T, state 4e-6 T. bf16 pools: the same
+  // plus (T - 1) 2^-7 on both (a one-ulp rounding flip of a state |s| < 2 at an earlier token
+  // carries into later states, and into o through ||q_hat||_1 <= 1), and 1 bf16 ulp of the state.
+  const double carry = pool_dt == DType::bf16 ? static_cast<double>(T - 1) * 0x1p-7 : 0.0;
+  const double out_atol = kDecodeOutAtol * static_cast<double>(T) + carry;
+  const double st_atol = kStateAtolPerToken * static_cast<double>(T) + carry;
+  // Which rows are live and which slots are written, from the table and accepted counts.
+  auto live_and_touched = [=](const HostBuffers& in, std::vector<bool>& live, std::set<int64_t>& touched) {
+    live.assign(rows, false);
+    for (int64_t n = 0; n < N; ++n) {
+      const int64_t acc = recurrent ? static_cast<int64_t>(in.value(8, n)) : 1;
+      if (in.value(7, n * S + acc - 1) <= 0) continue;
+      for (int64_t t = 0; t < T; ++t) {
+        live[n * T + t] = true;
+        const auto s = static_cast<int64_t>(in.value(7, n * S + t));
+        if (s > 0) touched.insert(s);
       }
     }
+  };
+  c.buffers.push_back({"out", dt, {rows, H, V}, Role::output, lay, Gen::uniform(0, 0),
+                       with_bound(rounded_once(dt, 8), [=](const HostBuffers& in) {
+                         std::vector<bool> live;
+                         std::set<int64_t> touched;
+                         live_and_touched(in, live, touched);
+                         return row_bound(live, H * V, out_atol);
+                       })});
+  // f32 pool: 0 ulps + st_atol in touched slots, exactly 0 elsewhere. bf16 pool: 1 ulp at the
+  // reference + st_atol in touched slots; in untouched slots the reference is the initial value,
+  // so a bound of minus its ulp makes the allowance exactly 0 there too (bit-identical).
+  const bool bf16_pool = pool_dt == DType::bf16;
+  c.buffers.push_back(
+      {"state_pool", pool_dt, {slots, H, V, K}, Role::inout, Layout::contiguous, Gen::uniform(-0.5, 0.5),
+       with_bound(Metric::within_ulps(bf16_pool ? 1 : 0), [=](const HostBuffers& in) {
+         std::vector<bool> live;
+         std::set<int64_t> touched;
+         live_and_touched(in, live, touched);
+         std::vector<double> b = pool_bound(touched, slots, H, st_atol);
+         if (bf16_pool)
+           for (size_t i = 0; i < b.size(); ++i)
+             if (b[i] == 0.0) b[i] = -bf16_ulp_at(in.value(1, static_cast<int64_t>(i)));
+         return b;
+       })});
+  add_token_buffers(c, rows, H, dt, lay, lay == Layout::padded ? Layout::transposed : Layout::contiguous);
+  // The table is read through a strided view: column 0 for decode, [N, T] for verify.
+  c.buffers.push_back({"slot_table", DType::i32, {N, S}, Role::input,
+                       lay == Layout::padded ? Layout::transposed : Layout::contiguous,
+                       slot_table_gen(N, S, slots, pad)});
+  if (recurrent) {
+    c.buffers.push_back({"num_accepted", DType::i32, {N}, Role::input, lay, accepted_gen(S)});
+    auto make = [=](const std::vector<TensorView>& v) {
+      ops::KdaRecurrentArgs a;
+      a.out = v[0];
+      a.state_pool = v[1];
+      set_token_args(a, v, 2, H, lb);
+      a.slot_table = v[7];
+      a.num_accepted = v[8];
+      return a;
+    };
+    c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
+      return ops::kda_recurrent_supports(b, make(v));
+    };
+    c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) { ops::kda_recurrent(b, make(v), s); };
+  } else {
+    auto make = [=](const std::vector<TensorView>& v) {
+      ops::KdaPackedDecodeArgs a;
+      a.out = v[0];
+      a.state_pool = v[1];
+      set_token_args(a, v, 2, H, lb);
+      a.state_indices = v[7].select(1, 0);
+      return a;
+    };
+    c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
+      return ops::kda_packed_decode_supports(b, make(v));
+    };
+    c.run = [make](ops::Backend b, const std::vector<TensorView>& v, Stream s) {
+      ops::kda_packed_decode(b, make(v), s);
+    };
+  }
+  r.push_back(std::move(c));
+}
+
+void add_token_step_cases(Registry& r, Size size, bool recurrent) {
+  const std::optional<float> none, lb5 = -5.0f;
+  constexpr DType f32 = DType::f32, bf16 = DType::bf16;
+  auto add = [&](const StepCase& k) {
+    if (k.size == Size::full && size != Size::full) return;
+    add_token_step_case(r, recurrent, k);
+  };
+  // The base grid: token dtype x gate x layout, f32 and bf16 pools.
+  struct Shape { int64_t N, H, S, T; Size size; };
+  const std::vector<Shape> grid =
+      recurrent ? std::vector<Shape>{{3, 2, 4, 1, Size::ci}, {5, 2, 4, 4, Size::ci}, {16, 8, 4, 4, Size::full},
+                                     {6, 32, 4, 3, Size::full}}
+                : std::vector<Shape>{{1, 2, 2, 1, Size::ci}, {6, 3, 2, 1, Size::ci}, {33, 8, 2, 1, Size::full},
+                                     {12, 32, 2, 1, Size::full}};
+  for (const auto& [N, H, S, T, sz] : grid)
+    for (DType pool : {f32, bf16})
+      for (DType dt : {bf16, f32})
+        for (std::optional<float> lb : {none, lb5})
+          for (Layout lay : {Layout::contiguous, Layout::padded}) {
+            if (sz == Size::ci && lay == Layout::padded && lb) continue;  // keep the CI slice small
+            if (sz == Size::ci && pool == bf16 && dt == f32) continue;
+            add({N, H, S, T, dt, lb, lay, pool, true, sz});
+          }
+  // Issue 4's axes, one case each: N in {1, 7, 8, 32, 33, 256}; H in {32, 96}; index stride 1
+  // (S = 1), 8 (S = 8) and a table column; padding rows absent; bf16 pools at scale.
+  const Layout cont = Layout::contiguous, padded = Layout::padded;
+  if (!recurrent) {
+    add({7, 2, 1, 1, bf16, none, cont, f32, true, Size::ci});     // stride 1
+    add({8, 2, 8, 1, bf16, lb5, cont, bf16, true, Size::ci});     // stride 8, bf16 pool
+    add({7, 2, 2, 1, f32, lb5, padded, f32, false, Size::ci});    // no padding rows
+    add({1, 32, 2, 1, bf16, lb5, cont, bf16, false, Size::ci});   // H = 32, one sequence
+    add({32, 4, 8, 1, bf16, none, padded, bf16, true, Size::full});
+    add({33, 32, 1, 1, bf16, lb5, cont, bf16, true, Size::full});
+    add({256, 2, 1, 1, bf16, none, cont, f32, true, Size::full});
+    add({256, 2, 2, 1, f32, lb5, padded, bf16, false, Size::full});
+    add({7, 96, 1, 1, bf16, lb5, cont, f32, true, Size::full});   // Kimi-K3 heads
+    add({8, 96, 2, 1, bf16, none, padded, bf16, false, Size::full});
+  } else {
+    // num_spec 1 .. 4 (S = 2 .. 5), T = S, N = 2S: every num_accepted on a live row.
+    for (int64_t spec = 1; spec <= 4; ++spec)
+      add({2 * (1 + spec), 2, 1 + spec, 1 + spec, bf16, spec % 2 ? lb5 : none, cont, spec <= 2 ? f32 : bf16, true,
+           Size::ci});
+    add({4, 2, 3, 2, f32, none, padded, bf16, false, Size::ci});  // T < S, no padding rows
+    add({1, 2, 5, 5, bf16, lb5, cont, bf16, false, Size::ci});   // N = 1
+    add({7, 8, 2, 2, bf16, none, padded, bf16, true, Size::full});
+    add({8, 8, 5, 5, f32, lb5, padded, f32, true, Size::full});
+    add({32, 4, 4, 4, bf16, lb5, cont, bf16, true, Size::full});
+    add({33, 2, 3, 3, bf16, none, cont, f32, false, Size::full});
+    add({10, 32, 5, 5, bf16, lb5, cont, bf16, true, Size::full});
+    add({4, 96, 4, 4, bf16, none, cont, bf16, true, Size::full});  // Kimi-K3 heads, verify
+    add({4, 96, 2, 2, bf16, lb5, padded, f32, false, Size::full});
   }
 }
 
@@ -208,14 +281,30 @@ void add_token_step_cases(Registry& r, Size size, bool recurrent) {
 // 9 slot table [N, 2] (column 0 used), 10 has_initial_state, 11 cu_checkpoints.
 
 void add_chunk_prefill_cases(Registry& r, Size size) {
-  struct Shape { std::vector<int64_t> lens; int64_t H; Size size; };
+  // grid: crossed with token dtype x gate x layout; else one case (bf16 tokens, lower bound,
+  // contiguous). pool: the state pool's (and checkpoints') dtype; pad: padding sequences present.
+  struct Shape {
+    std::vector<int64_t> lens;
+    int64_t H;
+    Size size;
+    bool grid = true;
+    DType pool = DType::f32;
+    bool pad = true;
+  };
   const std::vector<Shape> shapes = {
       {{1, 70, 0, 130}, 2, Size::ci},
       {{64, 5}, 1, Size::ci},
+      {{1}, 1, Size::ci, false},
+      {{63}, 1, Size::ci, false},
+      {{65}, 1, Size::ci, false},
+      {{1, 70, 0, 130}, 2, Size::ci, false, DType::bf16},
+      {{7, 64, 0, 129}, 1, Size::ci, false, DType::f32, false},
       {{1000, 63, 64, 65, 1, 200}, 4, Size::full},
       {{4096}, 2, Size::full},
+      {{1000}, 2, Size::full, false, DType::bf16, false},
+      {{65, 1, 300, 64, 0, 63, 128}, 2, Size::full, false, DType::bf16},
   };
-  for (const auto& [lens, H, sz] : shapes) {
+  for (const auto& [lens, H, sz, grid, pool_dt, pad] : shapes) {
     if (sz == Size::full && size != Size::full) continue;
     const int64_t N = static_cast<int64_t>(lens.size());
     std::vector<int64_t> cu(N + 1, 0), cuk(N + 1, 0);
@@ -230,10 +319,12 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
       for (std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
         for (Layout lay : {Layout::contiguous, Layout::padded}) {
           if (sz == Size::ci && lay == Layout::padded && lb) continue;
+          if (!grid && (dt != DType::bf16 || !lb || lay != Layout::contiguous)) continue;
+          const bool bf16_pool = pool_dt == DType::bf16;
           Case c;
           c.op = "kda_chunk_prefill";
           c.id = str("kda_chunk_prefill/L", lens_id, "-H", H, "-", dtype_name(dt), "-", gate_name(lb), "-",
-                     layout_name(lay));
+                     layout_name(lay), bf16_pool ? "-bf16pool" : "", pad ? "" : "-nopad");
           c.size = sz;
           // Live sequences and their slots, from the slot table (column 0).
           auto live_of = [=](const HostBuffers& in, std::vector<bool>& live_rows, std::set<int64_t>& touched,
@@ -257,23 +348,29 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
                             live_of(in, rows, touched, seq);
                             return row_bound(rows, H * V, kChunkAtol);
                           })});
+          // bf16 pools: 1 bf16 ulp on top, exactly 0 in untouched slots (as the token-step cases).
           c.buffers.push_back(
-              {"state_pool", DType::f32, {slots, H, V, K}, Role::inout, Layout::contiguous, Gen::uniform(-0.5, 0.5),
-               with_bound(Metric::within_ulps(0),
+              {"state_pool", pool_dt, {slots, H, V, K}, Role::inout, Layout::contiguous, Gen::uniform(-0.5, 0.5),
+               with_bound(Metric::within_ulps(bf16_pool ? 1 : 0),
                           [=](const HostBuffers& in) {
                             std::vector<bool> rows, seq;
                             std::set<int64_t> touched;
                             live_of(in, rows, touched, seq);
-                            return pool_bound(touched, slots, H, kChunkAtol);
+                            std::vector<double> b = pool_bound(touched, slots, H, kChunkAtol);
+                            if (bf16_pool)
+                              for (size_t i = 0; i < b.size(); ++i)
+                                if (b[i] == 0.0) b[i] = -bf16_ulp_at(in.value(1, static_cast<int64_t>(i)));
+                            return b;
                           })});
           // Rows of padding sequences stay poisoned (NaN) on both sides.
-          c.buffers.push_back({"checkpoints", DType::f32, {P, H, V, K}, Role::output, Layout::contiguous, Gen::uniform(0, 0),
-                               with_bound(Metric::within_ulps(0), [=](const HostBuffers&) {
+          c.buffers.push_back({"checkpoints", pool_dt, {P, H, V, K}, Role::output, Layout::contiguous,
+                               Gen::uniform(0, 0),
+                               with_bound(Metric::within_ulps(bf16_pool ? 1 : 0), [=](const HostBuffers&) {
                                  return std::vector<double>(static_cast<size_t>(P * H * V * K), kChunkAtol);
                                })});
           add_token_buffers(c, T, H, dt, lay, lay == Layout::padded ? Layout::transposed : Layout::contiguous);
           c.buffers.push_back({"cu_seqlens", DType::i32, {N + 1}, Role::input, lay, fixed_gen(cu)});
-          c.buffers.push_back({"slot_table", DType::i32, {N, 2}, Role::input, lay, slot_table_gen(N, 2, slots)});
+          c.buffers.push_back({"slot_table", DType::i32, {N, 2}, Role::input, lay, slot_table_gen(N, 2, slots, pad)});
           c.buffers.push_back({"has_initial_state", DType::i32, {N}, Role::input, Layout::contiguous, Gen::ints(0, 1)});
           c.buffers.push_back({"cu_checkpoints", DType::i64, {N + 1}, Role::input, Layout::contiguous, fixed_gen(cuk)});
           const bool with_ckpt = cuk[N] > 0;
