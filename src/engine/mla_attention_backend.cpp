@@ -1,11 +1,10 @@
-// MlaAttentionBackend: the prepare-path rule, and a layer call (prepare, widen, attend).
+// MlaAttentionBackend: the prepare-path rule, and a layer call (prepare, attend).
 #include "kestrel/engine/mla_attention_backend.h"
 
 #include <cmath>
 
 #include "kestrel/core/error.h"
 #include "kestrel/ops/cuda_launches.h"
-#include "kestrel/ops/fp8_dequantize.h"
 #include "kestrel/ops/mla_attention.h"
 #include "kestrel/ops/mla_build_q.h"
 #include "kestrel/ops/mla_prepare.h"
@@ -174,27 +173,24 @@ MlaForwardRecord MlaAttentionBackend::forward(const MlaLayerOutputs& out, MlaFor
       break;
   }
   const uint64_t c1 = ops::cuda::launch_count();
-  if (q_is_fp8) {
-    // mla_attention reads a bf16 query; every e4m3 value is a bf16 value, so this is exact.
-    ops::fp8_dequantize(backend_, {.out = q16, .x = q8, .scale = 1.0f}, stream);
-    rec.q_widened = true;
-  }
-  const uint64_t c2 = ops::cuda::launch_count();
+  // The prepared query goes straight to attention: an fp8 query (the fused prepare's sentinel,
+  // or the chain's, build_q's, rope's) with its q_scale, which mla_attention folds into the
+  // QK product; a bf16 query with q_scale 1 (mla_build_q into bf16 already required it).
   ops::MlaAttentionArgs att;
   att.o = out.o;
   att.lse = out.lse;
-  att.q = q16;
+  att.q = q_is_fp8 ? q8 : q16;
   att.cache = in.cache;
   att.block_table = step_.block_table();
   att.seq_lens = step_.seq_lens();
   att.q_start = step_.q_start();
-  att.softmax_scale = softmax_scale_ * (q_is_fp8 ? in.q_scale : 1.0f);
+  att.softmax_scale = softmax_scale_;
   att.kv_scale = in.kv_scale;
+  att.q_scale = q_is_fp8 ? in.q_scale : 1.0f;
   ops::mla_attention(backend_, att, stream);
-  const uint64_t c3 = ops::cuda::launch_count();
+  const uint64_t c2 = ops::cuda::launch_count();
   rec.prepare_launches = c1 - c0;
-  rec.widen_launches = c2 - c1;
-  rec.attention_launches = c3 - c2;
+  rec.attention_launches = c2 - c1;
   last_ = rec;
   return rec;
 }

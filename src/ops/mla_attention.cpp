@@ -29,7 +29,7 @@ void mla_attention_check(const MlaAttentionArgs& a) {
   // dtype
   check_dtype(op, "o", a.o, {DType::bf16});
   if (a.lse.defined()) check_dtype(op, "lse", a.lse, {DType::f32});
-  check_dtype(op, "q", a.q, {DType::bf16});
+  check_dtype(op, "q", a.q, {DType::bf16, DType::fp8_e4m3});
   check_dtype(op, "cache", a.cache, {DType::bf16, DType::fp8_e4m3});
   check_dtype(op, "block_table", a.block_table, {DType::i32});
   check_dtype(op, "seq_lens", a.seq_lens, {DType::i32});
@@ -64,6 +64,9 @@ void mla_attention_check(const MlaAttentionArgs& a) {
   if (!(a.softmax_scale > 0.0f && std::isfinite(a.softmax_scale)))
     fail_arg(op, "softmax_scale", "a positive finite number", str(a.softmax_scale));
   mla::check_scale(op, "kv_scale", a.kv_scale, a.cache.dtype);
+  if (!(a.q_scale > 0.0f && std::isfinite(a.q_scale))) fail_arg(op, "q_scale", "a positive finite number", str(a.q_scale));
+  if (a.q.dtype == DType::bf16 && a.q_scale != 1.0f)
+    fail_arg(op, "q_scale", "1 for a bf16 q (only an fp8 q carries a per-tensor scale)", str(a.q_scale));
 }
 
 // Fill the GPU with one wave: batch * row_tiles CTAs already exist per split; multiply them

@@ -1,12 +1,16 @@
 // MlaAttentionBackend and MlaStepBuffers (DESIGN.md rules 3-7):
 //  - the step buffers hold the live metadata and the padding rules (sink loc, length 0);
 //  - the path rule for every mode x cache dtype x RoPE x save_kv x fused gate, on the CPU
-//    backend, with results (o, lse, every cache byte) equal to calling the ops by hand, padded
-//    rows written to the sink only and no other cache row changed;
+//    backend, with results (o, lse, every cache byte) equal to calling the ops by hand (the
+//    prepared fp8 query straight into mla_attention with its q_scale), padded rows written to
+//    the sink only and no other cache row changed; with q_scale and kv_scale != 1 the scales
+//    reach the ops, and with a power-of-two q_scale the result equals the former path that
+//    widened the fp8 query to bf16 (fp8_dequantize) and folded q_scale into softmax_scale;
 //  - on CUDA (names contain "Cuda", so scripts/gpu-check's memcheck runs them): the fused
-//    prepare is 1 launch per layer call and the closed gate gives the 5-launch chain with the
-//    same bytes; a captured decode step and a captured verify step, replayed after refresh()
-//    with new locations and new inputs, give the bytes of eager execution.
+//    prepare is 1 launch per layer call and the fp8 query goes to attention with no widening
+//    launch (1 + attention launches), the closed gate gives the 5-launch chain with the same
+//    bytes; a captured decode step and a captured verify step, replayed after refresh() with
+//    new locations and new inputs, give the bytes of eager execution.
 #include <gtest/gtest.h>
 
 #include "testing/expect_error.h"
@@ -172,8 +176,10 @@ struct DeviceLayer {
     memcpy_bytes(k_pe.data(), d, h.k_pe.data(), Device::cpu, h.k_pe.size() * 2);
     memcpy_bytes(cache.data(), d, h.cache.data(), Device::cpu, h.cache.size());
   }
-  MlaLayerInputs inputs(bool save_kv, bool rope) const {
+  MlaLayerInputs inputs(bool save_kv, bool rope, float q_scale = 1.0f, float kv_scale = 1.0f) const {
     MlaLayerInputs in;
+    in.q_scale = q_scale;
+    in.kv_scale = kv_scale;
     in.q_nope = q_nope;
     in.q_pe = q_pe;
     in.k_nope = k_nope;
@@ -297,8 +303,11 @@ TEST(MlaAttentionBackend, ChoosePrepareRule) {
 // ---- the CPU backend against the ops called by hand ---------------------------------------
 
 // The ops of the expected path, called directly on `d` (a copy of the layer), reading the
-// metadata from `sb` (whose contents LiveValuesAndPaddingRules proved).
-void run_by_hand(const DeviceLayer& d, const MlaStepBuffers& sb, bool fp8, bool rope, bool save_kv, int64_t H) {
+// metadata from `sb` (whose contents LiveValuesAndPaddingRules proved). An fp8 query goes to
+// mla_attention as it is, with its q_scale. `widen` runs the former path instead: the fp8
+// query widened to bf16 by fp8_dequantize (scale 1) and q_scale folded into softmax_scale in f32.
+void run_by_hand(const DeviceLayer& d, const MlaStepBuffers& sb, bool fp8, bool rope, bool save_kv, int64_t H,
+                 float q_scale = 1.0f, float kv_scale = 1.0f, bool widen = false) {
   const int64_t T = sb.tokens();
   Tensor q8 = Tensor::empty({T, H, 576}, DType::fp8_e4m3);
   Tensor q16 = Tensor::empty({T, H, 576}, DType::bf16);
@@ -313,21 +322,33 @@ void run_by_hand(const DeviceLayer& d, const MlaStepBuffers& sb, bool fp8, bool 
     r.k_pe = d.k_pe;
     r.cos_sin = d.cos_sin;
     r.positions = sb.positions();
+    r.q_scale = q_scale;
+    r.kv_scale = kv_scale;
     ops::mla_rope_quantize_fp8(Backend::cpu, r);
   } else {
-    if (save_kv) ops::mla_write_kv(Backend::cpu, {.cache = d.cache, .loc = sb.loc(), .k_nope = d.k_nope, .k_pe = d.k_pe, .invalid_count = {}});
-    ops::mla_build_q(Backend::cpu, {.q_out = fp8 ? q8.view() : q16.view(), .q_nope = d.q_nope, .q_pe = d.q_pe});
+    if (save_kv)
+      ops::mla_write_kv(Backend::cpu, {.cache = d.cache, .loc = sb.loc(), .k_nope = d.k_nope, .k_pe = d.k_pe,
+                                       .invalid_count = {}, .scale = kv_scale});
+    ops::mla_build_q(Backend::cpu,
+                     {.q_out = fp8 ? q8.view() : q16.view(), .q_nope = d.q_nope, .q_pe = d.q_pe, .scale = q_scale});
   }
-  if (fp8) ops::fp8_dequantize(Backend::cpu, {.out = q16, .x = q8});
   ops::MlaAttentionArgs a;
   a.o = d.o;
   a.lse = d.lse;
-  a.q = q16;
+  a.q = fp8 ? q8.view() : q16.view();
   a.cache = d.cache;
   a.block_table = sb.block_table();
   a.seq_lens = sb.seq_lens();
   a.q_start = sb.q_start();
   a.softmax_scale = kSoftmaxScale;
+  a.kv_scale = kv_scale;
+  a.q_scale = fp8 ? q_scale : 1.0f;
+  if (fp8 && widen) {
+    ops::fp8_dequantize(Backend::cpu, {.out = q16, .x = q8, .scale = 1.0f});
+    a.q = q16;
+    a.softmax_scale = kSoftmaxScale * q_scale;
+    a.q_scale = 1.0f;
+  }
   ops::mla_attention(Backend::cpu, a);
 }
 
@@ -357,8 +378,7 @@ TEST(MlaAttentionBackend, EveryPathOnCpuEqualsTheOps) {
             const MlaForwardRecord rec = backend.forward(run.outputs(), mode, run.inputs(save_kv, rope));
             EXPECT_EQ(rec.prepare, *want) << mla_prepare_kind_name(rec.prepare) << ": " << rec.why_not_fused;
             EXPECT_EQ(rec.kv_written, save_kv);
-            EXPECT_EQ(rec.q_widened, fp8);
-            EXPECT_EQ(rec.prepare_launches + rec.widen_launches + rec.attention_launches, 0u) << "the CPU launches nothing";
+            EXPECT_EQ(rec.prepare_launches + rec.attention_launches, 0u) << "the CPU launches nothing";
             if (*want == MlaPrepareKind::chain_fp8 && !gate && mode != MlaForwardMode::extend &&
                 mode != MlaForwardMode::draft_extend) {
               EXPECT_NE(rec.why_not_fused.find("q_nope"), std::string::npos) << rec.why_not_fused;
@@ -394,6 +414,45 @@ TEST(MlaAttentionBackend, EveryPathOnCpuEqualsTheOps) {
                 EXPECT_EQ(lse[t * H + hh], -std::numeric_limits<float>::infinity()) << "padded row " << t;
                 for (int64_t i = 0; i < 512; ++i) ASSERT_EQ(o[(t * H + hh) * 512 + i], 0) << "padded row " << t;
               }
+          }
+  }
+}
+
+// The scales reach the ops: every fp8 path (fused, chain, build_q, rope) with q_scale and
+// kv_scale != 1 equals the ops by hand. With a power-of-two q_scale it also equals the former
+// path (fp8 query widened to bf16, q_scale folded into softmax_scale): scaling by 2^k is exact
+// in f32 (softmax_scale * q_scale) and in the reference's f64 sums, so both give one f64 score.
+TEST(MlaAttentionBackend, Fp8ScalesReachAttention) {
+  constexpr int64_t H = 4;
+  constexpr float kKvScale = 1.5f;
+  MlaStepBuffers sb(Device::cpu, 4, 12, kMaxPages);
+  MlaAttentionBackend backend(Backend::cpu, sb, H, kSoftmaxScale);
+  uint64_t seed = 61;
+  for (MlaForwardMode mode : {MlaForwardMode::decode, MlaForwardMode::target_verify, MlaForwardMode::extend}) {
+    const HostStep s = step_for(mode, seed++);
+    sb.refresh(s.meta(), s.batch, s.tokens);
+    for (float q_scale : {0.5f, 0.75f})
+      for (bool rope : {false, true})
+        for (bool save_kv : {false, true})
+          for (bool gate : {false, true}) {
+            if (rope && !save_kv) continue;  // an error, covered above
+            SCOPED_TRACE(str(mla_forward_mode_name(mode), " q_scale ", q_scale, rope ? " rope" : "",
+                             save_kv ? " save_kv" : "", gate ? " gate-open" : " gate-closed"));
+            const HostLayer h = make_layer(s.tokens, H, DType::fp8_e4m3, seed++);
+            DeviceLayer run(h, Device::cpu, !gate), ref(h, Device::cpu, false), old(h, Device::cpu, false);
+            const MlaForwardRecord rec =
+                backend.forward(run.outputs(), mode, run.inputs(save_kv, rope, q_scale, kKvScale));
+            EXPECT_EQ(rec.prepare, *expected_kind(mode, true, rope, save_kv, gate)) << rec.why_not_fused;
+            run_by_hand(ref, sb, true, rope, save_kv, H, q_scale, kKvScale);
+            const std::vector<uint8_t> o = download(run.o), lse = download(run.lse);
+            EXPECT_EQ(o, download(ref.o));
+            EXPECT_EQ(lse, download(ref.lse));
+            EXPECT_EQ(download(run.cache), download(ref.cache));
+            if (q_scale == 0.5f) {
+              run_by_hand(old, sb, true, rope, save_kv, H, q_scale, kKvScale, /*widen=*/true);
+              EXPECT_EQ(o, download(old.o)) << "the former widening path";
+              EXPECT_EQ(lse, download(old.lse)) << "the former widening path";
+            }
           }
   }
 }
@@ -447,12 +506,13 @@ Outcome run_cuda_eager(const HostLayer& h, const HostStep& s, bool misalign, Str
   return out;
 }
 
-// Launches mla_attention makes for this step's shapes (1, or 2 with a split-KV combine).
+// Launches mla_attention makes for this step's shapes (1, or 2 with a split-KV combine), with
+// an fp8 query as the fp8-cache paths give it.
 uint64_t attention_launches(const HostLayer& h, const HostStep& s) {
   MlaStepBuffers sb(Device::cuda, s.batch, s.tokens, kMaxPages);
   sb.refresh(s.meta(), s.batch, s.tokens);
   DeviceLayer d(h, Device::cuda, false);
-  Tensor q = Tensor::empty({s.tokens, h.H, 576}, DType::bf16, Device::cuda);
+  Tensor q = Tensor::empty({s.tokens, h.H, 576}, DType::fp8_e4m3, Device::cuda);
   memcpy_bytes(q.data(), Device::cuda, std::vector<uint8_t>(static_cast<size_t>(q.bytes()), 0).data(), Device::cpu,
                static_cast<size_t>(q.bytes()));
   device_sync();
@@ -485,14 +545,15 @@ TEST(MlaAttentionBackendCuda, Fp8FusedIsOneLaunchAndChainGivesSameBytes) {
     const Outcome fused = run_cuda_eager(h, s, false, stream);
     const Outcome chain = run_cuda_eager(h, s, true, stream);
     EXPECT_EQ(fused.rec.prepare, MlaPrepareKind::fused_fp8) << fused.rec.why_not_fused;
+    // The fused prepare's fp8 query goes straight to attention: no widening launch.
     EXPECT_EQ(fused.rec.prepare_launches, 1u);
-    EXPECT_EQ(fused.rec.widen_launches, 1u);
     EXPECT_EQ(fused.rec.attention_launches, n_att);
-    EXPECT_EQ(fused.launches, 1u + 1u + n_att);
+    EXPECT_EQ(fused.launches, 1u + n_att);
     EXPECT_EQ(chain.rec.prepare, MlaPrepareKind::chain_fp8);
     EXPECT_NE(chain.rec.why_not_fused.find("q_nope"), std::string::npos) << chain.rec.why_not_fused;
     EXPECT_EQ(chain.rec.prepare_launches, 5u);
-    EXPECT_EQ(chain.launches, 5u + 1u + n_att);
+    EXPECT_EQ(chain.rec.attention_launches, n_att);
+    EXPECT_EQ(chain.launches, 5u + n_att);
     EXPECT_EQ(fused.o, chain.o);
     EXPECT_EQ(fused.lse, chain.lse);
     EXPECT_EQ(fused.cache, chain.cache);

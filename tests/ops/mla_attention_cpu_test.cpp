@@ -1,12 +1,20 @@
 // mla_attention, CPU reference properties (the matrix compares backends with it, so it must be
 // right on its own): one key gives o = v and lse = its score; verify (q_len n) equals n decode
 // calls with the causal lengths; an fp8 cache equals a bf16 cache holding dec(byte) * scale
-// (dequant-then-attend, DESIGN.md principle 3); bad metadata is an error that names the entry.
+// (dequant-then-attend, DESIGN.md principle 3); an fp8 query equals a bf16 query holding its
+// decoded values bit for bit (q_scale 1, and any power-of-two q_scale with dec * q_scale in the
+// bf16 query), with either cache; the scores use the documented factor (softmax_scale *
+// kv_scale * q_scale, in f64); bad metadata is an error that names the entry, a bad q_scale
+// one that names q_scale.
 #include <gtest/gtest.h>
+
+#include "testing/expect_error.h"
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kestrel/core/convert.h"
@@ -21,18 +29,20 @@ constexpr int64_t kPage = 4;
 struct Problem {
   int64_t H, Tq, B, pages;
   std::vector<uint16_t> q, o;
+  std::vector<uint8_t> q_fp8;  // random e4m3 bytes (no NaN), independent of q
   std::vector<float> lse;
   std::vector<uint16_t> cache_bf16;
   std::vector<uint8_t> cache_fp8;
   std::vector<int32_t> table, seq_lens, q_start;
 
-  MlaAttentionArgs args(bool fp8, float kv_scale) {
+  MlaAttentionArgs args(bool fp8, float kv_scale, bool fp8_q = false, float q_scale = 1.0f) {
     MlaAttentionArgs a;
     o.assign(static_cast<size_t>(Tq * H * kMlaNope), 0);
     lse.assign(static_cast<size_t>(Tq * H), 0.0f);
     a.o = TensorView::contiguous(o.data(), Device::cpu, DType::bf16, {Tq, H, kMlaNope});
     a.lse = TensorView::contiguous(lse.data(), Device::cpu, DType::f32, {Tq, H});
-    a.q = TensorView::contiguous(q.data(), Device::cpu, DType::bf16, {Tq, H, kMlaRow});
+    a.q = fp8_q ? TensorView::contiguous(q_fp8.data(), Device::cpu, DType::fp8_e4m3, {Tq, H, kMlaRow})
+                : TensorView::contiguous(q.data(), Device::cpu, DType::bf16, {Tq, H, kMlaRow});
     a.cache = fp8 ? TensorView::contiguous(cache_fp8.data(), Device::cpu, DType::fp8_e4m3, {pages, kPage, kMlaRow})
                   : TensorView::contiguous(cache_bf16.data(), Device::cpu, DType::bf16, {pages, kPage, kMlaRow});
     a.block_table = TensorView::contiguous(table.data(), Device::cpu, DType::i32, {B, static_cast<int64_t>(table.size()) / B});
@@ -40,6 +50,7 @@ struct Problem {
     a.q_start = TensorView::contiguous(q_start.data(), Device::cpu, DType::i32, {B + 1});
     a.softmax_scale = 0.0721687836f;
     a.kv_scale = kv_scale;
+    a.q_scale = q_scale;
     return a;
   }
 };
@@ -52,6 +63,11 @@ Problem make(int64_t H, int64_t n, int64_t L, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-2.0f, 2.0f);
   for (int64_t i = 0; i < n * H * kMlaRow; ++i) p.q.push_back(f32_to_bf16(u(rng)));
+  for (int64_t i = 0; i < n * H * kMlaRow; ++i) {
+    uint8_t byte = static_cast<uint8_t>(rng());
+    if ((byte & 0x7f) == 0x7f) byte = 0xb8;  // no NaN bytes
+    p.q_fp8.push_back(byte);
+  }
   for (int64_t i = 0; i < p.pages * kPage * kMlaRow; ++i) {
     uint8_t byte = static_cast<uint8_t>(rng());
     if ((byte & 0x7f) == 0x7f) byte = 0x3c;  // no NaN bytes
@@ -103,6 +119,76 @@ TEST(MlaAttentionCpu, Fp8EqualsDequantisedBf16) {
   mla_attention(Backend::cpu, p.args(false, 1.0f));
   EXPECT_EQ(o8, p.o);
   EXPECT_EQ(l8, p.lse);
+}
+
+// Every e4m3 value is a bf16 value, and dec(byte) * 2^k too (no bf16 underflow): the bf16 query
+// holding dec(q) * q_scale gives the bits of the fp8 query with q_scale, for q_scale 1 and
+// powers of two (in f64, ((softmax_scale * kv_scale) * 2^k) * dot == (softmax_scale * kv_scale)
+// * (2^k dot) exactly), with a bf16 and with an fp8 cache.
+TEST(MlaAttentionCpu, Fp8QueryEqualsDequantisedBf16Query) {
+  for (bool fp8_cache : {false, true})
+    for (float q_scale : {1.0f, 0.25f, 8.0f}) {
+      SCOPED_TRACE(std::string(fp8_cache ? "fp8 cache" : "bf16 cache") + ", q_scale " + std::to_string(q_scale));
+      Problem p = make(4, 3, 30, 9);
+      const float kv_scale = fp8_cache ? 0.5f : 1.0f;
+      mla_attention(Backend::cpu, p.args(fp8_cache, kv_scale, true, q_scale));
+      const std::vector<uint16_t> o8 = p.o;
+      const std::vector<float> l8 = p.lse;
+      for (size_t i = 0; i < p.q.size(); ++i) {
+        const float v = fp8_e4m3_to_f32(p.q_fp8[i]) * q_scale;
+        p.q[i] = f32_to_bf16(v);
+        ASSERT_EQ(bf16_to_f32(p.q[i]), v) << "not exact in bf16: byte " << int(p.q_fp8[i]);
+      }
+      mla_attention(Backend::cpu, p.args(fp8_cache, kv_scale));
+      EXPECT_EQ(o8, p.o);
+      EXPECT_EQ(l8, p.lse);
+      bool any_nonzero = false;
+      for (uint16_t x : o8) any_nonzero |= (x & 0x7fff) != 0;
+      EXPECT_TRUE(any_nonzero);
+    }
+}
+
+// The documented score: s = (softmax_scale * kv_scale * q_scale) * sum_d dec(q_d) dec(k_d),
+// the factor left to right in f64 from the f32 scalars, the sum in f64; with one key lse = s.
+// q_scale 0.75 (not a power of two) and an fp8 query and cache.
+TEST(MlaAttentionCpu, Fp8QueryScoreUsesTheFoldedScale) {
+  Problem p = make(3, 1, 1, 10);
+  const float q_scale = 0.75f, kv_scale = 0.5f;
+  const MlaAttentionArgs a = p.args(true, kv_scale, true, q_scale);
+  mla_attention(Backend::cpu, a);
+  const int64_t row = p.table[0] * kPage * kMlaRow;  // position 0
+  for (int64_t h = 0; h < 3; ++h) {
+    double dot = 0;
+    for (int64_t d = 0; d < kMlaRow; ++d)
+      dot += static_cast<double>(fp8_e4m3_to_f32(p.q_fp8[h * kMlaRow + d])) * fp8_e4m3_to_f32(p.cache_fp8[row + d]);
+    const double factor = static_cast<double>(a.softmax_scale) * static_cast<double>(kv_scale) * static_cast<double>(q_scale);
+    EXPECT_EQ(p.lse[h], static_cast<float>(factor * dot)) << "h " << h;
+    for (int64_t d = 0; d < kMlaNope; ++d)  // one key: o = dec(v) * kv_scale
+      ASSERT_EQ(bf16_to_f32(p.o[h * kMlaNope + d]), bf16_to_f32(f32_to_bf16(fp8_e4m3_to_f32(p.cache_fp8[row + d]) * kv_scale)))
+          << "h " << h << " d " << d;
+  }
+}
+
+TEST(MlaAttentionCpu, QScaleIsChecked) {
+  using testing_util::throws_error_with;
+  Problem p = make(2, 1, 5, 11);
+  // bf16 q: q_scale must be exactly 1.
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, p.args(false, 1.0f, false, 0.5f)); },
+                                {"mla_attention", "q_scale", "bf16 q"}));
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, p.args(true, 0.5f, false, 2.0f)); },
+                                {"q_scale", "bf16 q"}));
+  // fp8 q: positive and finite.
+  for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+    EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, p.args(true, 0.5f, true, bad)); },
+                                  {"q_scale", "positive finite"}));
+  // q dtypes other than bf16 and fp8 are refused, naming q.
+  MlaAttentionArgs a = p.args(false, 1.0f);
+  std::vector<float> qf(static_cast<size_t>(p.Tq * p.H * kMlaRow), 0.0f);
+  a.q = TensorView::contiguous(qf.data(), Device::cpu, DType::f32, {p.Tq, p.H, kMlaRow});
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"q", "bf16 or fp8_e4m3", "f32"}));
+  // Accepted: fp8 q with any positive finite q_scale, bf16 q with 1.
+  EXPECT_NO_THROW(mla_attention(Backend::cpu, p.args(false, 1.0f, true, 3.0f)));
+  EXPECT_NO_THROW(mla_attention(Backend::cpu, p.args(false, 1.0f, false, 1.0f)));
 }
 
 TEST(MlaAttentionCpu, NothingToAttend) {

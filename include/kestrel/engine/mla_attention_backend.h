@@ -11,9 +11,11 @@
 //   bf16 cache, save_kv                    -> mla_write_kv + mla_build_q (bf16)
 //   bf16 cache, save_kv off                -> mla_build_q (bf16)
 //   RoPE with a bf16 cache or without save_kv: an error (no op does it).
-// Decode and target verify run the same code; verify is decode with q_len > 1. An fp8 query
-// is widened to bf16 for mla_attention (which reads bf16 q) by fp8_dequantize: exact, since
-// every e4m3 value is a bf16 value; q_scale is folded into the softmax scale instead.
+// Decode and target verify run the same code; verify is decode with q_len > 1. The prepared
+// query goes straight to mla_attention in the dtype it was built in: an fp8 query with its
+// q_scale (mla_attention reads fp8 q and folds q_scale into the QK product), a bf16 query with
+// q_scale 1. No widening launch: an fp8 decode/verify layer call is the prepare (1 fused or 5
+// chained launches) + mla_attention (1, or 2 with a split-KV combine).
 // All per-step metadata comes from MlaStepBuffers and all temporaries are allocated once, so
 // a CUDA graph captured over forward stays valid. Doc: docs/engine/mla_attention_backend.md.
 #pragma once
@@ -65,7 +67,8 @@ struct MlaLayerInputs {
                             // positions come from the step buffers. Kimi is NoPE: leave it empty
   bool rope_is_neox = true;
   float kv_scale = 1.0f;    // fp8 cache: stored = enc(k / kv_scale); bf16: 1
-  float q_scale = 1.0f;     // fp8 query: enc(q / q_scale), folded into the softmax scale; bf16: 1
+  float q_scale = 1.0f;     // fp8 query: enc(q / q_scale), passed to mla_attention, which folds it
+                            // into the QK product; bf16 cache (bf16 query): 1
 };
 
 struct MlaLayerOutputs {
@@ -79,8 +82,7 @@ struct MlaForwardRecord {
   MlaPrepareKind prepare = MlaPrepareKind::chain_fp8;
   std::string why_not_fused;
   bool kv_written = false;    // the new rows were written (by whichever prepare op)
-  bool q_widened = false;     // an fp8 query was widened to bf16 (fp8_dequantize)
-  uint64_t prepare_launches = 0, widen_launches = 0, attention_launches = 0;
+  uint64_t prepare_launches = 0, attention_launches = 0;
 };
 
 class MlaAttentionBackend {
@@ -91,9 +93,10 @@ class MlaAttentionBackend {
   MlaAttentionBackend(ops::Backend backend, const MlaStepBuffers& step, int64_t num_heads, float softmax_scale);
 
   // One layer call on `stream` (the CPU backend ignores it): prepare by mla_choose_prepare,
-  // widen an fp8 query, then mla_attention over the step buffers' block table, seq_lens and
-  // q_start. Throws kestrel::Error on bad input (the ops' checks name the argument) or when
-  // the mode does not fit the step (decode: every live q_len 1; target_verify: equal q_lens).
+  // then mla_attention on the prepared query (fp8 or bf16, as built) over the step buffers'
+  // block table, seq_lens and q_start. Throws kestrel::Error on bad input (the ops' checks
+  // name the argument) or when the mode does not fit the step (decode: every live q_len 1;
+  // target_verify: equal q_lens).
   MlaForwardRecord forward(const MlaLayerOutputs& out, MlaForwardMode mode, const MlaLayerInputs& in,
                            Stream stream = nullptr);
 
@@ -106,8 +109,8 @@ class MlaAttentionBackend {
   const MlaStepBuffers& step_;
   int64_t num_heads_;
   float softmax_scale_;
-  Tensor q_fp8_;   // [max_tokens, H, 576] fp8_e4m3
-  Tensor q_bf16_;  // [max_tokens, H, 576] bf16
+  Tensor q_fp8_;   // [max_tokens, H, 576] fp8_e4m3: the query of the fp8-cache paths
+  Tensor q_bf16_;  // [max_tokens, H, 576] bf16: the query of the bf16-cache paths
   MlaForwardRecord last_;
 };
 

@@ -12,7 +12,7 @@ namespace kestrel::ops {
 struct MlaAttentionArgs {
   TensorView o;            // [Tq, H, 512] bf16, any strides
   TensorView lse;          // optional [Tq, H] f32, any strides: ln(sum_j exp(score_j)), natural log
-  TensorView q;            // [Tq, H, 576] bf16, any strides
+  TensorView q;            // [Tq, H, 576] bf16 | fp8_e4m3, any strides
   TensorView cache;        // [num_pages, page_size, 576] bf16 | fp8_e4m3; rows contiguous
                            // (stride(2) == 1), any page and row strides
   TensorView block_table;  // [B, max_pages] i32, any strides: page of KV position p of sequence b
@@ -22,6 +22,9 @@ struct MlaAttentionArgs {
                            // q_start[0] == 0, non-decreasing, q_start[B] == Tq
   float softmax_scale = 0; // score = softmax_scale * q . k, > 0 and finite
   float kv_scale = 1.0f;   // fp8 cache: value = dec(byte) * kv_scale (> 0, finite); bf16: must be 1
+  float q_scale = 1.0f;    // fp8 q: value = dec(byte) * q_scale (> 0, finite); bf16 q: must be 1.
+                           // Both scales are folded into the QK product:
+                           // score = (softmax_scale * kv_scale * q_scale) * sum_d dec(q_d) dec(k_d)
 };
 
 void mla_attention_check(const MlaAttentionArgs& a);

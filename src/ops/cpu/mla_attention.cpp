@@ -1,7 +1,10 @@
 // mla_attention, CPU reference: the definition of the op (docs/ops/mla_attention.md). Plain
 // softmax(scale * q K^T) V per (query, head) in f64 over exactly the keys the query attends,
 // after checking the device-side metadata (q_start, seq_lens, block_table) that no host check
-// can see.
+// can see. q and the cache enter as their exact decoded values (bf16 or e4m3, widened); the
+// per-tensor scales q_scale and kv_scale enter only through one f64 factor on each score
+// (and kv_scale once more on o), so an fp8 q with q_scale 1 gives the bits of a bf16 q holding
+// the same values.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -47,7 +50,10 @@ void check_metadata(const MlaAttentionArgs& a) {
 void mla_attention(const MlaAttentionArgs& a) {
   check_metadata(a);
   const int64_t B = a.block_table.size(0), H = a.q.size(1), page_size = a.cache.size(1);
-  const double scale = a.softmax_scale, kv_scale = a.kv_scale;
+  const double kv_scale = a.kv_scale;
+  // The QK factor, left to right in f64 from the three f32 scalars (the first product is exact:
+  // 24 + 24 significant bits): (softmax_scale * kv_scale) * q_scale.
+  const double qk_scale = static_cast<double>(a.softmax_scale) * kv_scale * static_cast<double>(a.q_scale);
   constexpr double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<float> kv;       // [L, 576]: dec(stored) exactly (bf16 or fp8 widened to f32)
   std::vector<double> qrow(kMlaRow), s, acc(kMlaNope);
@@ -71,7 +77,7 @@ void mla_attention(const MlaAttentionArgs& a) {
           if (a.lse.defined()) store_f32(a.lse, lse_at, -std::numeric_limits<float>::infinity());
           continue;
         }
-        for (int64_t d = 0; d < kMlaRow; ++d)
+        for (int64_t d = 0; d < kMlaRow; ++d)  // dec(q) exactly: bf16 or e4m3 widened (q_scale is in qk_scale)
           qrow[d] = load_f32(a.q, t * a.q.stride(0) + h * a.q.stride(1) + d * a.q.stride(2));
         s.assign(static_cast<size_t>(keys), 0.0);
         double m = kNegInf;
@@ -79,7 +85,7 @@ void mla_attention(const MlaAttentionArgs& a) {
           const float* k = &kv[j * kMlaRow];
           double dot = 0;
           for (int64_t d = 0; d < kMlaRow; ++d) dot += qrow[d] * k[d];
-          s[j] = scale * kv_scale * dot;  // q . (dec(k) * kv_scale), the scale folded exactly
+          s[j] = qk_scale * dot;  // (dec(q) * q_scale) . (dec(k) * kv_scale) * softmax_scale, scales folded
           m = std::max(m, s[j]);
         }
         double l = 0;

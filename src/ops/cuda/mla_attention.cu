@@ -19,7 +19,8 @@
 //   S phase: S[16 rows, 16 keys] = Q K^T for keys hf*16 .. +15, m16n8k16 over 36 k-steps of
 //            the 576 features, A (Q) and B (K) by ldmatrix from shared memory;
 //   softmax: scores masked (beyond the split, beyond the causal limit of the row, padded
-//            rows), scaled to base 2 (softmax_scale * kv_scale * log2 e); the row max over 32
+//            rows), scaled to base 2 by one f32 constant (softmax_scale * kv_scale * q_scale *
+//            log2 e, multiplied left to right in f32); the row max over 32
 //            keys is exchanged with the partner warp w ^ 4 through red_max; both warps then
 //            hold identical running maxima m (fmaxf is symmetric), rescale their O halves and
 //            their partial row sums l by exp2(m_old - m_new);
@@ -30,6 +31,13 @@
 // At the end the partial row sums of the two warps of a row group are added through red_sum.
 // A row with no key (empty split, causal limit before the split, L = 0) keeps m = -inf, l = 0
 // and gives o = 0, lse = -inf: exponents use m_use = 0 when m = -inf, so no inf - inf.
+//
+// The query (template parameter kQFp8). A bf16 q is copied into sm.q as it is. An fp8 q is
+// read as 8 bytes per 8-element chunk (one 8-byte load when contiguous and aligned, else 8
+// byte loads) and dequantised in registers with the same e4m3 -> bf16 conversion as the fp8
+// cache (exact: every e4m3 value, subnormals and NaN included, is a bf16 value) before the
+// same 16-byte store into sm.q; so the QK mma.sync sees exactly dec(q), and q_scale only
+// enters the softmax constant above. Everything after load_q is the same code for both.
 //
 // Shared memory (dynamic, 179,456 B, one CTA per SM): Q [64][584] bf16 (74,752 B), KV two
 // stages [32][584] bf16 (2 x 37,376 B), P_hi and P_lo [64][40] bf16 (2 x 5,120 B), red_max,
@@ -59,9 +67,9 @@
 // finite V (0 * V must be 0, not NaN). A page outside [0, num_pages) is never read: its rows
 // are filled with NaN, so a bad block table shows as NaN, not as someone else's data.
 //
-// Bytes per query row: 576 x 2 (q) + 512 x 2 (o) + 4 (lse); per KV position 1,152 (bf16) or
-// 576 (fp8), read once per row tile (64 rows) and split; 2 x 64 x 512 x 4 B of partials per
-// (row tile, split) when split.
+// Bytes per query row: 576 x 2 (bf16 q) or 576 (fp8 q) + 512 x 2 (o) + 4 (lse); per KV
+// position 1,152 (bf16) or 576 (fp8), read once per row tile (64 rows) and split; 2 x 64 x 512
+// x 4 B of partials per (row tile, split) when split.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -105,7 +113,7 @@ constexpr int kStageLd = kDv + 8;
 static_assert(kRows * kStageLd * sizeof(float) <= sizeof(Smem::q) + sizeof(Smem::kv), "staging fits in q + kv");
 
 struct MlaAttentionParams {
-  const uint16_t* q;             // [Tq, H, 576] bf16 bits
+  const void* q;                 // [Tq, H, 576] bf16 bits | fp8 e4m3 bytes
   int64_t q_s0, q_s1, q_s2;      // elements
   const uint8_t* cache;          // [num_pages, page_size, 576] bf16 | fp8 bytes
   int64_t page_bytes, row_bytes; // strides in bytes (multiples of 16)
@@ -123,9 +131,9 @@ struct MlaAttentionParams {
   float* ws_lse;                 // [splits, Tq * H] base-2 partial lse (splits > 1)
   int64_t Tq;
   int H, num_pages, page_size, max_pages, splits;
-  float scale_log2;              // softmax_scale * kv_scale * log2(e)
+  float scale_log2;              // softmax_scale * kv_scale * q_scale * log2(e), left to right in f32
   float out_scale;               // kv_scale
-  bool q_vec, o_vec;             // 16-byte q / o chunks allowed
+  bool q_vec, o_vec;             // vector q chunks (16 B bf16, 8 B fp8) / 16-byte o chunks allowed
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
@@ -233,8 +241,9 @@ __device__ __forceinline__ void dequant_fp8(uint16_t* dst, const uint8_t* raw) {
   }
 }
 
-// Q rows r0 .. r0 + 63 of sequence b (token qb + r / H, head r % H) into sm.q; rows at or past
-// rows_b are zero.
+// Q rows r0 .. r0 + 63 of sequence b (token qb + r / H, head r % H) into sm.q as bf16; rows at
+// or past rows_b are zero. kQFp8: the 8 bytes of a chunk are dequantised in registers (exact).
+template <bool kQFp8>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, uint16_t* sq, int qb, int r0, int rows_b) {
 #pragma unroll 6
   for (int i = 0; i < kQPerThread; ++i) {
@@ -243,23 +252,40 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, uint16_t* sq
     const int r = r0 + row;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (r < rows_b) {
-      const uint16_t* src = p.q + static_cast<int64_t>(qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 +
-                            col * p.q_s2;
-      if (p.q_vec) {
-        v = __ldg(reinterpret_cast<const uint4*>(src));
-      } else {
-        uint32_t w[4];
+      const int64_t at = static_cast<int64_t>(qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 +
+                         col * p.q_s2;  // elements
+      if constexpr (kQFp8) {
+        const uint8_t* src = static_cast<const uint8_t*>(p.q) + at;
+        uint2 w;  // bytes col .. col + 7, the first in the low byte of w.x
+        if (p.q_vec) {
+          w = __ldg(reinterpret_cast<const uint2*>(src));
+        } else {
+          uint32_t b[8];
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          w[k] = static_cast<uint32_t>(src[(2 * k) * p.q_s2]) | static_cast<uint32_t>(src[(2 * k + 1) * p.q_s2]) << 16;
-        v = make_uint4(w[0], w[1], w[2], w[3]);
+          for (int k = 0; k < 8; ++k) b[k] = src[k * p.q_s2];
+          w = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+        }
+        v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                       fp8x2_to_bf16x2(w.y >> 16));
+      } else {
+        const uint16_t* src = static_cast<const uint16_t*>(p.q) + at;
+        if (p.q_vec) {
+          v = __ldg(reinterpret_cast<const uint4*>(src));
+        } else {
+          uint32_t w[4];
+#pragma unroll
+          for (int k = 0; k < 4; ++k)
+            w[k] = static_cast<uint32_t>(src[(2 * k) * p.q_s2]) | static_cast<uint32_t>(src[(2 * k + 1) * p.q_s2]) << 16;
+          v = make_uint4(w[0], w[1], w[2], w[3]);
+        }
       }
     }
     *reinterpret_cast<uint4*>(sq + row * kLd + col) = v;
   }
 }
 
-template <bool kFp8>
+// kFp8: the cache is fp8 (else bf16); kQFp8: the query is fp8 (else bf16).
+template <bool kFp8, bool kQFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid_constant__ MlaAttentionParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -297,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
     if (ntiles > 0) {
       fetch_kv<kFp8>(p, b, begin, kv_end, sm.kv[0], sm.raw);
       if constexpr (kFp8) dequant_fp8(sm.kv[0], sm.raw);
-      load_q(p, sm.q, qb, r0, rows_b);
+      load_q<kQFp8>(p, sm.q, qb, r0, rows_b);
     }
 
     float acc[kONb][4];
@@ -534,15 +560,16 @@ int num_sms() {
   return sms;
 }
 
-template <bool kFp8>
+template <bool kFp8, bool kQFp8>
 void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
-  static std::once_flag once;
+  static std::once_flag once;  // one per instantiation
   std::call_once(once, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(sizeof(Smem))));
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<kFp8, kQFp8>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(Smem))));
   });
-  mla_attention_kernel<kFp8><<<grid, kThreads, sizeof(Smem), s>>>(p);
-  KESTREL_LAUNCHED(kFp8 ? "mla_attention_kernel<fp8>" : "mla_attention_kernel<bf16>");
+  mla_attention_kernel<kFp8, kQFp8><<<grid, kThreads, sizeof(Smem), s>>>(p);
+  KESTREL_LAUNCHED(kFp8 ? (kQFp8 ? "mla_attention_kernel<fp8 cache, fp8 q>" : "mla_attention_kernel<fp8 cache, bf16 q>")
+                        : (kQFp8 ? "mla_attention_kernel<bf16 cache, fp8 q>" : "mla_attention_kernel<bf16 cache, bf16 q>"));
 }
 
 }  // namespace
@@ -570,9 +597,11 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const int64_t Tq = a.q.size(0), H = a.q.size(1), B = a.block_table.size(0);
   if (Tq == 0 || B == 0) return;
   MlaAttentionParams p{};
-  p.q = static_cast<const uint16_t*>(a.q.data);
+  const bool q_fp8 = a.q.dtype == DType::fp8_e4m3;
+  p.q = a.q.data;
   p.q_s0 = a.q.stride(0); p.q_s1 = a.q.stride(1); p.q_s2 = a.q.stride(2);
-  p.q_vec = p.q_s2 == 1 && aligned(a.q.data, 16) && p.q_s0 % 8 == 0 && p.q_s1 % 8 == 0;
+  // A chunk of 8 elements is one 16-byte (bf16) or 8-byte (fp8) load.
+  p.q_vec = p.q_s2 == 1 && aligned(a.q.data, q_fp8 ? 8 : 16) && p.q_s0 % 8 == 0 && p.q_s1 % 8 == 0;
   const int64_t es = static_cast<int64_t>(dtype_size(a.cache.dtype));
   p.cache = static_cast<const uint8_t*>(a.cache.data);
   p.page_bytes = a.cache.stride(0) * es;
@@ -593,7 +622,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   p.num_pages = checked_int(a.cache.size(0), op, "num_pages");
   p.page_size = checked_int(a.cache.size(1), op, "page_size");
   p.max_pages = checked_int(a.block_table.size(1), op, "max_pages");
-  p.scale_log2 = a.softmax_scale * a.kv_scale * kLog2e;
+  p.scale_log2 = a.softmax_scale * a.kv_scale * a.q_scale * kLog2e;  // f32, left to right (q_scale 1 for bf16 q)
   p.out_scale = a.kv_scale;
 
   // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence.
@@ -612,10 +641,15 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.ws_o = static_cast<float*>(ws);
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
-  if (a.cache.dtype == DType::fp8_e4m3) {
-    launch<true>(p, grid, s);
+  const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
+  if (fp8 && q_fp8) {
+    launch<true, true>(p, grid, s);
+  } else if (fp8) {
+    launch<true, false>(p, grid, s);
+  } else if (q_fp8) {
+    launch<false, true>(p, grid, s);
   } else {
-    launch<false>(p, grid, s);
+    launch<false, false>(p, grid, s);
   }
   if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");

@@ -6,10 +6,13 @@
 // view: q padded (odd strides), o with inner stride 2, lse transposed, the block table a column
 // slice of a wider table (bf16) or column-major (fp8), seq_lens and q_start strided, and the
 // cache page-strided (a slice of page_size + 1 rows per page). The "nolse" variant omits lse.
+// The query is bf16 (q_scale 1), or fp8 e4m3 ("-qfp8" in the id) with q_scale 0.75 (plain) or
+// 2.5 (strided), values over every e4m3 regime (subnormals included), with a bf16 and with an
+// fp8 cache, on a subset of the shapes.
 //
 // Tolerance (docs/ops/mla_attention.md): o within 2 bf16 ulps of the rounded f64 reference
 // plus kv_scale * max|v| * eps_f32 * (4 A + 8 sqrt(L) + 64), A = softmax_scale * kv_scale *
-// sum_d |q_d| * max|k| (a bound on |score| and on the magnitudes in its sum); lse within
+// q_scale * sum_d |dec(q_d)| * max|k| (a bound on |score| and on the magnitudes in its sum); lse within
 // 1e-4 absolute + 1678 f32 ulps (~1e-4 relative). The CI slice keeps each case under ~5e7
 // multiply-adds in the f64 reference; the full set adds 32k contexts with few heads and
 // H = 64, 96, 128.
@@ -33,6 +36,7 @@ struct AttnShape {
   int64_t H, page_size;
   std::vector<int64_t> q_lens, seq_lens;
   Size size;
+  bool fp8_q = false;  // also run with an fp8 query (both cache dtypes, plain and strided)
 };
 
 // Block table plan: pages in use per sequence, shuffled over [1, num_pages), -1 elsewhere.
@@ -74,7 +78,8 @@ Gen fixed(std::vector<double> values) {
   return Gen::with([values](std::vector<double>& v, uint64_t) { std::copy(values.begin(), values.end(), v.begin()); });
 }
 
-// fp8 cache values over every e4m3 regime that attention meets: sign * 2^u, u in [-9, 2].
+// fp8 cache (and fp8 query) values over every e4m3 regime that attention meets: sign * 2^u,
+// u in [-9, 2] (encoded by the runner: subnormals below 2^-6 included).
 Gen fp8_values() {
   return Gen::with([](std::vector<double>& v, uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -96,12 +101,14 @@ const char* variant_name(Variant v) {
 // Buffer indices.
 enum : size_t { kO, kQ, kCache, kTable, kSeqLens, kQStart, kLse };
 
-void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed) {
+void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed, DType q_dt = DType::bf16) {
   const Plan plan = make_plan(s, plan_seed);
   const bool strided = var == Variant::strided, with_lse = var != Variant::nolse;
+  const bool fp8_q = q_dt == DType::fp8_e4m3;
   const int64_t H = s.H, Tq = plan.Tq, B = plan.B, ps = s.page_size;
   const float softmax_scale = static_cast<float>(1.0 / std::sqrt(192.0));
   const float kv_scale = dt == DType::bf16 ? 1.0f : (strided ? 1.75f : 0.375f);
+  const float q_scale = fp8_q ? (strided ? 2.5f : 0.75f) : 1.0f;
   // Cache: page-strided when strided (page_size + 1 rows per page, the last one never viewed).
   const int64_t cache_rows = strided ? ps + 1 : ps;
   // Block table: a column slice [:, 2 : 2 + max_pages] of a wider table when strided bf16.
@@ -110,7 +117,8 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
 
   Case c;
   c.op = "mla_attention";
-  c.id = str("mla_attention/", s.tag, "-B", B, "-H", H, "-P", ps, "-", dtype_name(dt), "-", variant_name(var));
+  c.id = str("mla_attention/", s.tag, "-B", B, "-H", H, "-P", ps, "-", dtype_name(dt), fp8_q ? "-qfp8" : "", "-",
+             variant_name(var));
   c.size = s.size;
 
   std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
@@ -136,7 +144,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
       for (int64_t h = 0; h < H; ++h) {
         double q1 = 0;
         for (int64_t d = 0; d < kMlaRow; ++d) q1 += std::fabs(in.value(kQ, (t * H + h) * kMlaRow + d));
-        const double A = static_cast<double>(softmax_scale) * kv_scale * q1 * max_k;
+        const double A = static_cast<double>(softmax_scale) * kv_scale * q_scale * q1 * max_k;
         const double L = static_cast<double>(seq_lens[seq_of[t]]);
         const double e = kv_scale * max_v * eps * (4.0 * A + 8.0 * std::sqrt(L) + 64.0);
         std::fill_n(bound.begin() + (t * H + h) * kMlaNope, kMlaNope, e);
@@ -150,8 +158,8 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
   const Gen cache_gen = dt == DType::bf16 ? Gen::uniform(-1, 1) : fp8_values();
   c.buffers.push_back({"o", DType::bf16, {Tq, H, kMlaNope}, Role::output,
                        strided ? Layout::inner_strided : Layout::contiguous, Gen(), o_metric});
-  c.buffers.push_back({"q", DType::bf16, {Tq, H, kMlaRow}, Role::input, strided ? Layout::padded : Layout::contiguous,
-                       Gen::uniform(-2, 2), Metric()});
+  c.buffers.push_back({"q", q_dt, {Tq, H, kMlaRow}, Role::input, strided ? Layout::padded : Layout::contiguous,
+                       fp8_q ? fp8_values() : Gen::uniform(-2, 2), Metric()});
   c.buffers.push_back({"cache", dt, {plan.num_pages, cache_rows, kMlaRow}, Role::input, Layout::contiguous, cache_gen,
                        Metric()});
   c.buffers.push_back({"block_table", DType::i32, {B, table_cols}, Role::input,
@@ -176,6 +184,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
     if (with_lse) a.lse = v[kLse];
     a.softmax_scale = softmax_scale;
     a.kv_scale = kv_scale;
+    a.q_scale = q_scale;
     return a;
   };
   c.supports = supports_via<ops::MlaAttentionArgs>(
@@ -196,27 +205,28 @@ double reference_macs(const AttnShape& s) {
 std::vector<AttnShape> shapes(Size size) {
   std::vector<AttnShape> s = {
       // decode, ragged, one empty sequence: splits > 1 on CUDA
-      {"decode", 32, 64, {1, 1, 1, 1, 1}, {1, 37, 300, 0, 900}, Size::ci},
+      {"decode", 32, 64, {1, 1, 1, 1, 1}, {1, 37, 300, 0, 900}, Size::ci, true},
       // decode, long with one head (split-KV over ~2000 positions)
       {"decode", 1, 32, {1, 1, 1}, {2000, 1999, 129}, Size::ci},
       // decode with B = 132, one head: one row tile per sequence fills 132 SMs, so one split
       {"decode", 1, 64, std::vector<int64_t>(132, 1), {}, Size::ci},
       // verify 2, 4, 8
-      {"verify", 32, 128, {2, 4, 8}, {70, 40, 100}, Size::ci},
+      {"verify", 32, 128, {2, 4, 8}, {70, 40, 100}, Size::ci, true},
       {"verify", 1, 64, {4, 8}, {1800, 1200}, Size::ci},
       // short extends; the first spans 8 row tiles of 64 rows, more than the grid plans
       {"extend", 32, 32, {16, 2}, {40, 30}, Size::ci},
-      {"extend", 1, 64, {16, 9, 1, 12}, {2000, 16, 5, 500}, Size::ci},
+      {"extend", 1, 64, {16, 9, 1, 12}, {2000, 16, 5, 500}, Size::ci, true},
       // nothing to attend: L = 0 with queries, L < q_len, a sequence with no queries
-      {"masked", 32, 64, {3, 2, 0, 4}, {0, 1, 5, 2}, Size::ci},
+      {"masked", 32, 64, {3, 2, 0, 4}, {0, 1, 5, 2}, Size::ci, true},
   };
   // B = 132 decode lengths: 1 .. 300, deterministic.
   for (int64_t b = 0; b < 132; ++b) s[2].seq_lens.push_back(1 + (b * 37) % 300);
   if (size == Size::full) {
-    s.push_back({"decode", 4, 64, {1}, {32768}, Size::full});
+    s.push_back({"decode", 4, 64, {1}, {32768}, Size::full, true});
     s.push_back({"verify", 2, 64, {1, 4}, {32768, 20000}, Size::full});
     s.push_back({"extend", 1, 128, {16, 3}, {32768, 9000}, Size::full});
-    for (int64_t H : {32, 64, 96, 128}) s.push_back({"verify", H, 64, {1, 2, 4, 8}, {300, 150, 257, 100}, Size::full});
+    for (int64_t H : {32, 64, 96, 128})
+      s.push_back({"verify", H, 64, {1, 2, 4, 8}, {300, 150, 257, 100}, Size::full, H == 128});
     s.push_back({"decode", 128, 64, std::vector<int64_t>(70, 1), {}, Size::full});
     for (int64_t b = 0; b < 70; ++b) s.back().seq_lens.push_back(1 + (b * 53) % 128);
   }
@@ -235,6 +245,13 @@ void add_mla_attention_cases(Registry& r, Size size) {
   }
   const std::vector<AttnShape> ci = shapes(Size::ci);
   add_case(r, ci[3], DType::fp8_e4m3, Variant::nolse, ++plan_seed);
+  // fp8 queries (q_scale != 1) with both caches; seeded after every bf16-q case, so those keep
+  // their plans.
+  for (const AttnShape& s : shapes(size)) {
+    if (!s.fp8_q) continue;
+    for (DType dt : {DType::bf16, DType::fp8_e4m3})
+      for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, dt, var, ++plan_seed, DType::fp8_e4m3);
+  }
 }
 
 }  // namespace kestrel::matrix
