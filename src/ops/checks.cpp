@@ -1,6 +1,7 @@
 #include "kestrel/ops/checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "kestrel/ops/backend.h"
@@ -30,6 +31,12 @@ void check_defined(const char* op, const char* arg, const TensorView& t) {
 void check_rank(const char* op, const char* arg, const TensorView& t, int rank, const char* dims) {
   check_defined(op, arg, t);
   if (t.rank != rank) fail_arg(op, arg, str("rank ", rank, " ", dims), str("rank ", t.rank, " ", t.shape_str()));
+}
+
+void check_rank_between(const char* op, const char* arg, const TensorView& t, int lo, int hi) {
+  check_defined(op, arg, t);
+  if (t.rank < lo || t.rank > hi)
+    fail_arg(op, arg, str("rank ", lo, " to ", hi), str("rank ", t.rank, " ", t.shape_str()));
 }
 
 void check_device(const char* op, const char* arg, const TensorView& t, Device d) {
@@ -76,6 +83,10 @@ void check_no_self_overlap(const char* op, const char* arg, const TensorView& t)
     if (stride < reach) fail_arg(op, arg, "an output whose elements do not overlap", str("strides ", t.strides_str(), " for shape ", t.shape_str()));
     reach = stride * (size - 1) + reach;
   }
+}
+
+void check_positive_finite(const char* op, const char* arg, float v) {
+  if (!(v > 0.0f && std::isfinite(v))) fail_arg(op, arg, "a positive finite number", str(v));
 }
 
 }  // namespace kestrel::ops

@@ -1,23 +1,13 @@
 // fp8_dequantize: the argument check shared by every backend, and the dispatch.
 #include "kestrel/ops/fp8_dequantize.h"
 
-#include <cmath>
-
 #include "kestrel/ops/checks.h"
 
 namespace kestrel::ops {
 
-namespace {
-// Elementwise fp8 ops take any rank from 1 to 4 (checks.h knows only one exact rank).
-void check_rank_1_to_4(const char* op, const char* arg, const TensorView& t) {
-  check_defined(op, arg, t);
-  if (t.rank < 1 || t.rank > 4) fail_arg(op, arg, "rank 1 to 4", str("rank ", t.rank, " ", t.shape_str()));
-}
-}  // namespace
-
 void fp8_dequantize_check(const Fp8DequantizeArgs& a) {
   constexpr const char* op = "fp8_dequantize";
-  check_rank_1_to_4(op, "out", a.out);
+  check_rank_between(op, "out", a.out, 1, 4);
   check_rank(op, "x", a.x, a.out.rank, "(the rank of out)");
   check_same_device(op, "x", a.x, "out", a.out);
   check_dtype(op, "out", a.out, {DType::f32, DType::bf16, DType::f16});
@@ -26,8 +16,7 @@ void fp8_dequantize_check(const Fp8DequantizeArgs& a) {
   check_strides(op, "x", a.x);
   check_no_self_overlap(op, "out", a.out);
   for (int d = 0; d < a.out.rank; ++d) check_size(op, "x", a.x, d, a.out.size(d), "the same dim of out");
-  if (!(a.scale > 0.0f && std::isfinite(a.scale)))
-    fail_arg(op, "scale", "a positive finite number", str(a.scale));
+  check_positive_finite(op, "scale", a.scale);
 }
 
 Support fp8_dequantize_supports(Backend b, const Fp8DequantizeArgs& a) {

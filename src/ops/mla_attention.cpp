@@ -61,10 +61,9 @@ void mla_attention_check(const MlaAttentionArgs& a) {
   check_size(op, "seq_lens", a.seq_lens, 0, B, "B (block_table.size(0))");
   check_size(op, "q_start", a.q_start, 0, B + 1, "B + 1 (block_table.size(0) + 1)");
   // scalars
-  if (!(a.softmax_scale > 0.0f && std::isfinite(a.softmax_scale)))
-    fail_arg(op, "softmax_scale", "a positive finite number", str(a.softmax_scale));
+  check_positive_finite(op, "softmax_scale", a.softmax_scale);
   mla::check_scale(op, "kv_scale", a.kv_scale, a.cache.dtype);
-  if (!(a.q_scale > 0.0f && std::isfinite(a.q_scale))) fail_arg(op, "q_scale", "a positive finite number", str(a.q_scale));
+  check_positive_finite(op, "q_scale", a.q_scale);
   if (a.q.dtype == DType::bf16 && a.q_scale != 1.0f)
     fail_arg(op, "q_scale", "1 for a bf16 q (only an fp8 q carries a per-tensor scale)", str(a.q_scale));
 }

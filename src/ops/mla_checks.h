@@ -28,7 +28,7 @@ inline void check_cache_shape(const char* op, const TensorView& cache) {
 
 // A per-tensor scale: positive and finite; exactly 1 for a bf16 destination (a plain copy).
 inline void check_scale(const char* op, const char* arg, float scale, DType dst) {
-  if (!(scale > 0.0f && std::isfinite(scale))) fail_arg(op, arg, "a positive finite number", str(scale));
+  check_positive_finite(op, arg, scale);
   if (dst == DType::bf16 && scale != 1.0f)
     fail_arg(op, arg, "1 for a bf16 destination (bf16 rows are plain copies)", str(scale));
 }

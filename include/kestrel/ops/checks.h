@@ -14,6 +14,8 @@ namespace kestrel::ops {
 void check_defined(const char* op, const char* arg, const TensorView& t);
 // `dims` documents the expected shape, e.g. "[T, D]".
 void check_rank(const char* op, const char* arg, const TensorView& t, int rank, const char* dims);
+// Rank in [lo, hi] (elementwise ops that take any rank).
+void check_rank_between(const char* op, const char* arg, const TensorView& t, int lo, int hi);
 void check_device(const char* op, const char* arg, const TensorView& t, Device d);
 void check_same_device(const char* op, const char* arg, const TensorView& t, const char* other_arg,
                        const TensorView& other);
@@ -27,5 +29,7 @@ void check_size(const char* op, const char* arg, const TensorView& t, int d, int
 // Outputs must not overlap themselves (two indices, one address): checked for the simple
 // shapes ops use, by requiring that sorted |strides| step past each other's extent.
 void check_no_self_overlap(const char* op, const char* arg, const TensorView& t);
+// A scalar argument (a scale) must be positive and finite.
+void check_positive_finite(const char* op, const char* arg, float v);
 
 }  // namespace kestrel::ops
