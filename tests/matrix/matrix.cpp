@@ -163,6 +163,24 @@ double ulp_at(double r, DType t) {
   return std::ldexp(1.0, e - mant);
 }
 
+// The logical values of an input, drawn from `gen` with `seed`.
+std::vector<double> generate(const Gen& gen, int64_t n, uint64_t seed) {
+  std::vector<double> vals(static_cast<size_t>(n));
+  if (gen.custom) {
+    gen.custom(vals, seed);
+    return vals;
+  }
+  std::mt19937_64 rng(seed);
+  if (gen.integer) {
+    std::uniform_int_distribution<int64_t> d(static_cast<int64_t>(gen.lo), static_cast<int64_t>(gen.hi));
+    for (auto& v : vals) v = static_cast<double>(d(rng));
+  } else {
+    std::uniform_real_distribution<double> d(gen.lo, gen.hi);
+    for (auto& v : vals) v = d(rng);
+  }
+  return vals;
+}
+
 struct Placed {
   Placement p;
   std::vector<uint8_t> storage;  // host image of the whole storage, canaries included
@@ -222,20 +240,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
     if (s.role == Role::output) {
       for (int64_t i = 0; i < n; ++i) poison(bytes.data() + i * es, s.dtype);
     } else {
-      std::vector<double> vals(static_cast<size_t>(n));
-      const uint64_t bseed = splitmix(seed + 0x1000 * (b + 1));
-      if (s.gen.custom) {
-        s.gen.custom(vals, bseed);
-      } else {
-        std::mt19937_64 rng(bseed);
-        if (s.gen.integer) {
-          std::uniform_int_distribution<int64_t> d(static_cast<int64_t>(s.gen.lo), static_cast<int64_t>(s.gen.hi));
-          for (auto& v : vals) v = static_cast<double>(d(rng));
-        } else {
-          std::uniform_real_distribution<double> d(s.gen.lo, s.gen.hi);
-          for (auto& v : vals) v = d(rng);
-        }
-      }
+      const std::vector<double> vals = generate(s.gen, n, splitmix(seed + 0x1000 * (b + 1)));
       for (int64_t i = 0; i < n; ++i) store_value(bytes.data() + i * es, s.dtype, vals[i]);
     }
     initial.bytes.push_back(std::move(bytes));
@@ -381,21 +386,8 @@ double time_case(const Case& c, ops::Backend backend, int reps, double* bytes) {
     const int64_t n = numel(s.shape);
     const size_t es = dtype_size(s.dtype);
     std::vector<uint8_t> host(static_cast<size_t>(n) * es);
-    std::mt19937_64 rng(1234 + b);
-    for (int64_t i = 0; i < n; ++i) {
-      double v;
-      if (s.gen.integer) {
-        v = std::uniform_int_distribution<int64_t>(static_cast<int64_t>(s.gen.lo), static_cast<int64_t>(s.gen.hi))(rng);
-      } else {
-        v = std::uniform_real_distribution<double>(s.gen.lo, s.gen.hi)(rng);
-      }
-      store_value(host.data() + i * es, s.dtype, v);
-    }
-    if (s.gen.custom) {
-      std::vector<double> vals(static_cast<size_t>(n));
-      s.gen.custom(vals, 1234 + b);
-      for (int64_t i = 0; i < n; ++i) store_value(host.data() + i * es, s.dtype, vals[i]);
-    }
+    const std::vector<double> vals = generate(s.gen, n, 1234 + b);
+    for (int64_t i = 0; i < n; ++i) store_value(host.data() + i * es, s.dtype, vals[i]);
     store.push_back(Tensor::storage(std::max<int64_t>(n, 1), s.dtype, dev));
     memcpy_bytes(store.back().data(), dev, host.data(), Device::cpu, host.size());
     views.push_back(TensorView::contiguous(store.back().data(), dev, s.dtype, s.shape));
