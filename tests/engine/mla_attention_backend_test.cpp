@@ -144,6 +144,15 @@ std::vector<uint8_t> download(const Tensor& t) {
   return v;
 }
 
+// The cache's bytes with page 0 (the sink) blanked. Every padded row of a step writes the
+// sink; on CUDA they race, so which one the sink holds is unspecified (docs/ops/mla_write_kv.md)
+// and comparisons across runs or backends leave it out. The CPU tests check the sink itself.
+std::vector<uint8_t> without_sink(std::vector<uint8_t> cache) {
+  const size_t sink_bytes = cache.size() / static_cast<size_t>(kNumPages);
+  std::fill(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(sink_bytes), uint8_t{0});
+  return cache;
+}
+
 // The layer's tensors on a device. With `misalign`, q_nope sits one element past a 16-byte
 // boundary (same values), which closes the fused gate.
 struct DeviceLayer {
@@ -556,7 +565,7 @@ TEST(MlaAttentionBackendCuda, Fp8FusedIsOneLaunchAndChainGivesSameBytes) {
     EXPECT_EQ(chain.launches, 5u + n_att);
     EXPECT_EQ(fused.o, chain.o);
     EXPECT_EQ(fused.lse, chain.lse);
-    EXPECT_EQ(fused.cache, chain.cache);
+    EXPECT_EQ(without_sink(fused.cache), without_sink(chain.cache));
 
     // The prepare is bit-exact across backends: the CUDA cache equals the CPU backend's.
     MlaStepBuffers sb(Device::cpu, s.batch, s.tokens, kMaxPages);
@@ -564,7 +573,7 @@ TEST(MlaAttentionBackendCuda, Fp8FusedIsOneLaunchAndChainGivesSameBytes) {
     sb.refresh(s.meta(), s.batch, s.tokens);
     DeviceLayer d(h, Device::cpu, false);
     cpu.forward(d.outputs(), mode, d.inputs(true, false));
-    EXPECT_EQ(fused.cache, download(d.cache));
+    EXPECT_EQ(without_sink(fused.cache), without_sink(download(d.cache)));
   }
   stream_destroy(stream);
 }
@@ -607,7 +616,7 @@ void graph_equals_eager(MlaForwardMode mode, const HostStep& first, const HostSt
   stream_sync(stream);
   EXPECT_EQ(download(d.o), eager.o);
   EXPECT_EQ(download(d.lse), eager.lse);
-  EXPECT_EQ(download(d.cache), eager.cache);
+  EXPECT_EQ(without_sink(download(d.cache)), without_sink(eager.cache));
   stream_destroy(stream);
 }
 
