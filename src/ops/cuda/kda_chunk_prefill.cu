@@ -1,7 +1,7 @@
 // kda_chunk_prefill, CUDA (sm_90a): varlen KDA prefill in chunks of 64 tokens (UT transform / WY
 // form), initial states from pool slots, final states back to them, optional checkpoints after
 // every full chunk. Semantics: docs/ops/kda.md; CPU reference: src/ops/cpu/kda_chunk_prefill.cpp.
-// Written without a GPU at hand: unverified on hardware until the next scripts/gpu-check.
+// Verified on an H200 (docs/verification.md); speed (slower than fla): docs/perf.md.
 //
 // This first version is f32 SIMT (FFMA) throughout, with the work split and the shared-memory
 // layout a tensor-core version keeps (see "Tensor cores" at the end of this note).

@@ -1,5 +1,5 @@
 // mla_attention, CUDA (sm_90a): split-KV flash decoding for the absorbed MLA form, with
-// mma.sync bf16 tensor-core tiles. UNVERIFIED ON HARDWARE until the next scripts/gpu-check.
+// mma.sync bf16 tensor-core tiles. Verified on an H200 (docs/verification.md); speed: docs/perf.md.
 //
 // Work split. A sequence b has n queries and H heads: n * H query rows, row r = qi * H + h
 // (token q_start[b] + qi, head h). Rows are cut into tiles of kRows = 64; every row of a tile
