@@ -5,15 +5,12 @@
 // Decode is memory-bound: per (sequence, head) it must read and write the K x V = 128 x 128 f32
 // state (64 KB each way) and read only ~1 KB of token inputs. So the work is split to stream
 // the state once at full width:
-// - a warp owns 4 state rows of one (sequence, head); lane l owns key dims 4l .. 4l+3 of each,
-//   so a row (512 contiguous bytes, K innermost) is one coalesced 16-byte load per lane, and the
-//   4 rows' loads are all in flight before any math. The state rows stay in registers (16
-//   floats per lane) from load to store, and are written back once;
-// - grid: at most one resident wave of CTAs (8 warps each); a warp walks units of 4 rows with
-//   the next unit's rows loading while it computes (and the start slot of the one after that
-//   loading a unit earlier: the row addresses depend on it). The first version launched one CTA
-//   per (sequence, head, 32 rows) and reached 82% of copy at B = 256: each CTA first waited for
-//   its slot index, then its state, so only part of an SM's lifetime had state bytes in flight;
+// - grid: one CTA of 8 warps per (sequence, head, tile of 32 state rows v): B * H * 4 CTAs at
+//   V = 128 (128 CTAs already for B = 1, H = 32); adjacent CTAs touch adjacent state rows;
+// - a warp owns 4 state rows; lane l owns key dims 4l .. 4l+3 of each, so a row (512 contiguous
+//   bytes, K innermost) is one coalesced 16-byte load per lane, and the 4 rows' loads are all in
+//   flight before any math. The state rows stay in registers (16 floats per lane) from load to
+//   store, and are written back once;
 // - the token math is done per warp in f32 registers while the state loads are in flight:
 //   q, k, raw_g of the lane's 4 dims (scalar loads: any row stride, any raw_g strides), the sum
 //   of squares by a 5-step xor shuffle, exp(g) by expf / log1pf, beta by expf. Recomputing it in

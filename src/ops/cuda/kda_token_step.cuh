@@ -3,11 +3,9 @@
 // share this one path (DESIGN.md rule 4), so T = 1 with num_accepted 1 gives the same bits as
 // decode. Semantics: docs/ops/kda.md; the design note is at the top of kda_packed_decode.cu.
 //
-// Work split: a warp's unit is (sequence n, head h, group of kRows state rows v0 .. v0 + kRows
-// - 1); lane l owns key dims 4l .. 4l + 3 of each of those rows (K = 128 = 32 lanes x one
-// float4). The grid holds at most as many CTAs of kWarps warps as fit on the GPU at once; each
-// warp walks units u, u + W, ... with the next unit's state loads in flight while the current
-// one computes (kda_token_steps_kernel below). A state row S[:, v] is
+// Work split: one CTA of kWarps warps per (sequence n, head h, tile of kTileV state rows v);
+// warp w owns rows v0 .. v0 + kRows - 1 (v0 = tile * kTileV + w * kRows); lane l owns key dims
+// 4l .. 4l + 3 of each of those rows (K = 128 = 32 lanes x one float4). A state row S[:, v] is
 // K contiguous elements in the pool, so a warp reads and writes it as 512 contiguous bytes (f32
 // pool: one 16-byte access per lane) or 256 (bf16 pool: one 8-byte access per lane). The
 // kernel has no shared memory and no block barrier: a warp computes what it needs of the
@@ -22,7 +20,6 @@
 // reference, src/ops/cpu/kda_math.h token_step).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -36,6 +33,7 @@ inline constexpr int kPerLane = kK / 32;          // key dims per lane: one floa
 inline constexpr int kRows = 4;                   // state rows per warp, all in flight at once
 inline constexpr int kWarps = 8;                  // warps per CTA
 inline constexpr int kThreads = kWarps * 32;      // 256
+inline constexpr int kTileV = kWarps * kRows;     // 32 state rows (v) per CTA: 4 CTAs per head at V = 128
 static_assert(kPerLane == 4, "a lane's key dims are one float4");
 
 struct KdaStepParams {
@@ -56,8 +54,7 @@ struct KdaStepParams {
   int64_t pool_s0;  // elements from one slot to the next
   int64_t tab_s0, tab_s1, acc_s0;
   int N, T, H, V;
-  int groups;     // ceil(V / kRows): row groups (warp units) per head
-  int64_t units;  // N * H * groups
+  int tiles;  // ceil(V / kTileV)
   bool g_bf16, beta_bf16, tab64, acc64, has_lb;
   float lb;
 };
@@ -175,66 +172,52 @@ __device__ __forceinline__ void token_step(float4 (&s)[kRows], const TokenHead& 
   warp_sum_n<kRows>(o);
 }
 
-// A warp's unit of work: the kRows state rows v0 .. v0 + kRows - 1 of head h of sequence n.
-// Units are numbered with the row group fastest, then h, then n, so consecutive warps stream
-// consecutive 2 KB (f32) pieces of one head's state.
-struct Unit {
-  int64_t n;
-  int h, v0;
-};
-
-__device__ __forceinline__ Unit unit_at(const KdaStepParams& p, int64_t u) {
-  const int64_t nh = u / p.groups;
-  return {nh / p.H, static_cast<int>(nh % p.H), static_cast<int>(u % p.groups) * kRows};
-}
-
-// The slot a unit's state starts from: column accepted[n] - 1 of the table (kMulti), column 0 (decode).
-template <bool kMulti>
-__device__ __forceinline__ int64_t start_slot(const KdaStepParams& p, int64_t n) {
-  const int64_t acc = kMulti && p.accepted != nullptr ? load_index(p.accepted, p.acc64, n * p.acc_s0) : 1;
-  return load_index(p.table, p.tab64, n * p.tab_s0 + (acc - 1) * p.tab_s1);
-}
-
-// Issues the loads of a unit's state rows (none for a padding sequence, start <= 0).
-template <typename P>
-__device__ __forceinline__ void load_rows(const KdaStepParams& p, const Unit& w, int64_t start, int lane,
-                                          float4 (&s)[kRows]) {
-  const P* src = static_cast<const P*>(p.pool) + start * p.pool_s0 + static_cast<int64_t>(w.h) * p.V * kK +
-                 static_cast<int64_t>(w.v0) * kK + lane * kPerLane;
-#pragma unroll
-  for (int j = 0; j < kRows; ++j)
-    s[j] = start > 0 && w.v0 + j < p.V ? load_state4(src + j * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
-}
-
-// One unit, its state rows already in s: kMulti = false, one token from and back to slot
-// `start` (decode); kMulti = true, T tokens from column accepted[n] - 1, the state after token t
-// to column t (skipped where that id is <= 0). A padding sequence (start <= 0) writes zero
-// output rows and touches no state.
+// kMulti = false: one token per sequence from and back to slot table[n * tab_s0] (decode).
+// kMulti = true: T tokens; the state starts at column accepted[n] - 1 and the state after token
+// t goes to column t (skipped where that id is <= 0). Either way a padding sequence (start slot
+// <= 0) writes zero output rows and touches no state.
 template <typename T, typename P, bool kMulti>
-__device__ __forceinline__ void run_unit(const KdaStepParams& p, const Unit& w, int64_t start, float4 (&s)[kRows],
-                                         int lane) {
+__global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStepParams p) {
+  const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
+  const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
+  const int h = static_cast<int>(nh % p.H);
+  const int64_t n = nh / p.H;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int v0 = tile * kTileV + warp * kRows;
+  if (v0 >= p.V) return;  // a warp past V (V not a multiple of kTileV); there are no barriers
   const int steps = kMulti ? p.T : 1;
+  const int64_t acc = kMulti && p.accepted != nullptr ? load_index(p.accepted, p.acc64, n * p.acc_s0) : 1;
+  const int64_t start = load_index(p.table, p.tab64, n * p.tab_s0 + (acc - 1) * p.tab_s1);
   T* out = static_cast<T*>(p.out);
-  const int64_t out_col = static_cast<int64_t>(w.h) * p.out_s1 + static_cast<int64_t>(w.v0 + lane) * p.out_s2;
-  const bool writes_out = lane < kRows && w.v0 + lane < p.V;  // lane j < kRows writes row v0 + j
-  if (start <= 0) {
+  const int64_t out_col = static_cast<int64_t>(h) * p.out_s1 + static_cast<int64_t>(v0 + lane) * p.out_s2;
+  const bool writes_out = lane < kRows && v0 + lane < p.V;  // lane j < kRows writes row v0 + j
+  if (start <= 0) {  // padding: zero output, no state read or written
     if (writes_out)
-      for (int t = 0; t < steps; ++t) out[(w.n * steps + t) * p.out_s0 + out_col] = from_f32<T>(0.0f);
+      for (int t = 0; t < steps; ++t) out[(n * steps + t) * p.out_s0 + out_col] = from_f32<T>(0.0f);
     return;
   }
   P* const pool = static_cast<P*>(p.pool);
-  const int64_t rows = static_cast<int64_t>(w.h) * p.V * kK + static_cast<int64_t>(w.v0) * kK + lane * kPerLane;
-  const float exp_a_log = expf(p.A_log[w.h * p.alog_s0]);
+  const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot (elements)
+  // Element offset of this lane's 4 key dims in row v0 of a head: a multiple of 4 elements.
+  const int64_t row0 = static_cast<int64_t>(v0) * kK + lane * kPerLane;
+  // The state rows first: they are the bytes that matter, so they go out before anything else.
+  float4 s[kRows];
+  {
+    const P* src = pool + start * p.pool_s0 + head + row0;
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) s[j] = v0 + j < p.V ? load_state4(src + j * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  const float exp_a_log = expf(p.A_log[h * p.alog_s0]);
   float dt[kPerLane];
 #pragma unroll
-  for (int i = 0; i < kPerLane; ++i) dt[i] = p.dt_bias[(static_cast<int64_t>(w.h) * kK + lane * kPerLane + i) * p.dt_s0];
-  TokenRaw cur = load_token<T>(p, w.n * steps, w.h, lane, w.v0);
+  for (int i = 0; i < kPerLane; ++i) dt[i] = p.dt_bias[(static_cast<int64_t>(h) * kK + lane * kPerLane + i) * p.dt_s0];
+  TokenRaw cur = load_token<T>(p, n * steps, h, lane, v0);
 #pragma unroll 1
   for (int t = 0; t < steps; ++t) {
-    const int64_t row = w.n * steps + t;
-    const int64_t dst = kMulti ? load_index(p.table, p.tab64, w.n * p.tab_s0 + t * p.tab_s1) : start;
+    const int64_t row = n * steps + t;
+    const int64_t dst = kMulti ? load_index(p.table, p.tab64, n * p.tab_s0 + t * p.tab_s1) : start;
     TokenRaw next = cur;
-    if (kMulti && t + 1 < steps) next = load_token<T>(p, row + 1, w.h, lane, w.v0);  // in flight during this step
+    if (kMulti && t + 1 < steps) next = load_token<T>(p, row + 1, h, lane, v0);  // in flight during this step
     const TokenHead x = finish_token(cur, dt, exp_a_log, p);
     float o[kRows];
     token_step(s, x, o);
@@ -246,59 +229,12 @@ __device__ __forceinline__ void run_unit(const KdaStepParams& p, const Unit& w, 
 #pragma unroll
     for (int j = 0; j < kRows; ++j) round_to_pool<P>(s[j]);  // the state the pool holds (bf16: RNE)
     if (dst > 0) {
-      P* d = pool + dst * p.pool_s0 + rows;
+      P* d = pool + dst * p.pool_s0 + head + row0;
 #pragma unroll
       for (int j = 0; j < kRows; ++j)
-        if (w.v0 + j < p.V) store_state4(d + j * kK, s[j]);
+        if (v0 + j < p.V) store_state4(d + j * kK, s[j]);
     }
     cur = next;
-  }
-}
-
-// Each warp walks units u, u + W, u + 2W, ... (W = warps in the grid; the grid is at most what
-// fits on the GPU at once, so a warp usually has several units). Software pipeline, so that the
-// state of the next unit is in flight while this one computes and stores: the next unit's rows
-// are loaded before this unit runs, and the start slot of the unit after that (the load the row
-// addresses depend on) one unit earlier still. With a grid of one unit per warp this is the
-// plain one-shot kernel.
-template <typename T, typename P, bool kMulti>
-__global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStepParams p) {
-  const int lane = threadIdx.x % 32;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
-  int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (u >= p.units) return;  // no barriers: a warp may leave
-  Unit cur = unit_at(p, u);
-  int64_t start = start_slot<kMulti>(p, cur.n);
-  Unit nxt = cur;
-  int64_t next_start = 0;
-  if (u + stride < p.units) {
-    nxt = unit_at(p, u + stride);
-    next_start = start_slot<kMulti>(p, nxt.n);
-  }
-  float4 s[kRows];
-  load_rows<P>(p, cur, start, lane, s);
-#pragma unroll 1
-  for (;;) {
-    const bool has_next = u + stride < p.units;
-    float4 ns[kRows];
-    Unit after = nxt;
-    int64_t after_start = 0;
-    if (has_next) {
-      load_rows<P>(p, nxt, next_start, lane, ns);
-      if (u + 2 * stride < p.units) {
-        after = unit_at(p, u + 2 * stride);
-        after_start = start_slot<kMulti>(p, after.n);
-      }
-    }
-    run_unit<T, P, kMulti>(p, cur, start, s, lane);
-    if (!has_next) break;
-    u += stride;
-    cur = nxt;
-    start = next_start;
-#pragma unroll
-    for (int j = 0; j < kRows; ++j) s[j] = ns[j];
-    nxt = after;
-    next_start = after_start;
   }
 }
 
@@ -311,6 +247,8 @@ inline Support token_steps_supports(const TensorView& pool, int64_t K, int64_t N
     return Support::no(str("state_pool: slots aligned to 4 elements (", dtype_name(pool.dtype),
                            ": base address a multiple of ", align, " bytes, slot stride a multiple of 4 elements)"));
   if (H > INT32_MAX || V > INT32_MAX || N > INT32_MAX) return Support::no("N, H and V must fit in int32");
+  const int64_t tiles = (V + kTileV - 1) / kTileV;
+  if (N * H * tiles > INT32_MAX) return Support::no(str("N * H * ceil(V / ", kTileV, ") must fit in int32 (grid size)"));
   return Support::yes();
 }
 
@@ -334,7 +272,7 @@ KdaStepParams token_steps_params(const Args& a) {
   p.pool_s0 = a.state_pool.stride(0);
   p.H = static_cast<int>(a.raw_g.size(1));
   p.V = static_cast<int>(a.out.size(2));
-  p.groups = (p.V + kRows - 1) / kRows;
+  p.tiles = (p.V + kTileV - 1) / kTileV;
   p.g_bf16 = a.raw_g.dtype == DType::bf16;
   p.beta_bf16 = a.raw_beta.dtype == DType::bf16;
   p.has_lb = a.lower_bound.has_value();
@@ -342,34 +280,13 @@ KdaStepParams token_steps_params(const Args& a) {
   return p;
 }
 
-// CTAs of this kernel that fit on the current device at once (occupancy x SMs), per device.
 template <typename T, typename P, bool kMulti>
-int64_t resident_ctas() {
-  static int64_t per_device[64] = {};
-  static const char tag = 0;
-  once_per_device(&tag, [] {
-    int dev = 0, sms = 0, per_sm = 0;
-    KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
-    KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    KESTREL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kda_token_steps_kernel<T, P, kMulti>,
-                                                                     kThreads, 0));
-    KESTREL_CHECK(dev >= 0 && dev < 64, "kda token steps: device ordinal ", dev, " >= 64");
-    per_device[dev] = static_cast<int64_t>(sms) * std::max(per_sm, 1);
-  });
-  int dev = 0;
-  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
-  return per_device[dev];
-}
-
-template <typename T, typename P, bool kMulti>
-void launch_token_steps_as(KdaStepParams p, Stream stream) {
-  p.units = static_cast<int64_t>(p.N) * p.H * p.groups;
-  const int64_t wanted = (p.units + kWarps - 1) / kWarps;
-  const unsigned blocks = static_cast<unsigned>(std::min(wanted, resident_ctas<T, P, kMulti>()));
+void launch_token_steps_as(const KdaStepParams& p, Stream stream) {
+  const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
   kda_token_steps_kernel<T, P, kMulti><<<blocks, kThreads, 0, as_cuda(stream)>>>(p);
 }
 
-// Launches the kernel (at most one resident grid) for the out dtype and the pool dtype (bf16 | f32 each).
+// Launches the kernel over N * H * tiles CTAs for the out dtype and the pool dtype (bf16 | f32 each).
 template <bool kMulti>
 void launch_token_steps(const KdaStepParams& p, DType dtype, DType pool_dtype, Stream stream, const char* op,
                         const char* name) {
