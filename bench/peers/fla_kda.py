@@ -143,36 +143,59 @@ def prefill_case(lens, H):
     return time_events(call)
 
 
+def cases():
+    """kestrel-bench case name -> a function timing fla at that shape."""
+    out = {}
+    for H in (32, 96):
+        for B in (1, 8, 32, 128, 256):
+            out[f"kda_packed_decode/B{B}-H{H}-K{K}-bf16"] = lambda B=B, H=H: recurrent_case(B, 1, H)
+    for N in (32, 128):
+        for T in (2, 3, 4, 5):
+            out[f"kda_recurrent/N{N}-T{T}-H96-K{K}-bf16"] = lambda N=N, T=T: recurrent_case(N, T, 96)
+    for H in (32, 96):
+        for T in (4096, 16384, 65536):
+            out[f"kda_chunk_prefill/B1-T{T}-H{H}-K{K}-bf16"] = lambda T=T, H=H: prefill_case([T], H)
+    out[f"kda_chunk_prefill/varlen16-T16384-H32-K{K}-bf16"] = lambda: prefill_case([1024] * 16, 32)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--ours", help="kestrel-bench JSON to compare with")
-    ap.add_argument("--quick", action="store_true", help="fewer shapes")
+    ap.add_argument("--cases", help="comma-separated cases to run in this process (the driver's child)")
     args = ap.parse_args()
 
-    results = {}
+    if args.cases:  # a child: its cases in order, one result line each as it goes
+        table = cases()
+        for name in args.cases.split(","):
+            print(f"RESULT {name} {table[name]():.4f}", flush=True)
+        return 0
 
-    def record(name, fn):
-        try:
-            us = fn()
-            results[name] = us
-            print(f"fla {name:48s} {us:10.2f} us", flush=True)
-        except Exception as e:  # a peer failing must not hide our numbers
-            print(f"fla {name:48s} FAILED: {type(e).__name__}: {e}", flush=True)
-
-    for H in (32, 96):
-        for B in (1, 8, 32, 128, 256):
-            record(f"kda_packed_decode/B{B}-H{H}-K{K}-bf16", lambda B=B, H=H: recurrent_case(B, 1, H))
-    for N in (32, 128):
-        for T in (2, 3, 4, 5):
-            record(f"kda_recurrent/N{N}-T{T}-H96-K{K}-bf16", lambda N=N, T=T: recurrent_case(N, T, 96))
-    for H in (32, 96):
-        for T in (4096, 16384, 65536):
-            record(f"kda_chunk_prefill/B1-T{T}-H{H}-K{K}-bf16", lambda T=T, H=H: prefill_case([T], H))
-    record(f"kda_chunk_prefill/varlen16-T16384-H32-K{K}-bf16", lambda: prefill_case([1024] * 16, 32))
+    # The cases run in a child process; when one faults (an illegal address poisons the CUDA
+    # context for good) the child dies, that case is recorded as failed, and a new child takes
+    # the rest.
+    results, failures = {}, {}
+    todo = list(cases())
+    while todo:
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--cases", ",".join(todo)],
+                           capture_output=True, text=True)
+        for line in r.stdout.splitlines():
+            if line.startswith("RESULT "):
+                _, name, us = line.split()
+                results[name] = float(us)
+                todo.remove(name)
+                print(f"fla {name:48s} {results[name]:10.2f} us", flush=True)
+        if r.returncode != 0 and todo:
+            last = [l for l in r.stderr.strip().splitlines() if l.strip()][-1:] or ["(no output)"]
+            failures[todo[0]] = last[0]
+            print(f"fla {todo[0]:48s} FAILED: {last[0]}", flush=True)
+            todo.pop(0)
+        elif r.returncode != 0 or todo:
+            break
 
     doc = {"peer": "fla", "fla_commit": fla_commit(), "torch": torch.__version__,
-           "gpu": torch.cuda.get_device_name(), "results_us": results}
+           "gpu": torch.cuda.get_device_name(), "results_us": results, "failures": failures}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)

@@ -5,26 +5,30 @@
 // Decode is memory-bound: per (sequence, head) it must read and write the K x V = 128 x 128 f32
 // state (64 KB each way) and read only ~1 KB of token inputs. So the work is split to stream
 // the state once at full width:
-// - grid: one CTA of 4 warps per (sequence, head, tile of 32 state rows v): B * H * 4 CTAs at
-//   V = 128 (128 CTAs already for B = 1, H = 32); adjacent CTAs touch adjacent state rows;
-// - a warp owns 8 state rows; lane l owns key dims 4l .. 4l+3 of each, so a row (512 contiguous
-//   bytes, K innermost) is one coalesced 16-byte load per lane, and the 8 rows' loads are all in
-//   flight before any math. The state rows stay in registers (32 floats per lane) from load to
-//   store, and are written back once;
-// - the shape was measured (H200, 2026-11-29, f32 pool, B = 256): rows per warp x warps per
-//   CTA = 2x8: 434 us at H = 32; 4x8 (the first version): 308; 4x4: 303; 8x8: 322; 8x4: 289
-//   (88% of copy; verify N = 32, T = 4, H = 96: 478 -> 377 us). Decode is bound by the state
-//   bytes in flight per SM: 8x4 runs 5 CTAs of 96 registers per SM (80 KB of loads in flight)
-//   against 4 x 16 KB for 4x8; 8x8 fits only 2 CTAs. A resident grid whose warps loop over
-//   units with the next unit's rows prefetched was slower still (520 us: 104 registers, 16 warps
-//   per SM). More bytes in flight without registers (state tiles through shared memory by bulk
-//   copies) is the next step toward the copy ceiling;
+// - grid: one CTA of one warp per (sequence, head, 8 state rows v): B * H * 16 CTAs at V = 128
+//   (512 already for B = 1, H = 32); adjacent CTAs touch adjacent state rows;
+// - lane l owns key dims 4l .. 4l+3 of each of the warp's 8 rows, so a row (512 contiguous bytes,
+//   K innermost) is one coalesced 16-byte copy per lane. The 8 rows go to shared memory by
+//   cp.async first (4 KB per warp, f32), every copy in flight before any math and none of it
+//   held in registers; each lane copies the 4 dims it will compute on, so after its own
+//   wait_group it reads them back with no barrier. The rows are then stepped in registers (32
+//   floats per lane) and written back once;
+// - the shape was measured (H200, 2026-11-29, f32 pool; us at B = 256, H = 32):
+//     registers only (state loaded straight into registers), rows/warp x warps/CTA:
+//       2x8 434, 4x8 308 (the first version, 82% of copy), 4x4 303, 8x8 322, 8x4 289;
+//     a resident grid whose warps loop over units, the next unit's rows prefetched: 520
+//       (104 registers: 16 warps per SM);
+//     staged in shared memory, rows/warp x warps/CTA x rows per register batch:
+//       8x4x2 381, 8x4x4 314, 16x4x4 298, 16x2x4 285, 8x4x8 287, 16x2x8 272, 8x2x8 278,
+//       16x1x8 273, 8x1x8 266 (95% of copy; also the fastest at B = 1, 8 and 32).
+//   Decode is bound by the state bytes in flight per SM: registers cap it (8x4 ran 5 CTAs of
+//   96 registers: 80 KB in flight); staged, up to 32 one-warp CTAs per SM keep 128 KB in flight;
 // - the token math is done per warp in f32 registers while the state loads are in flight:
 //   q, k, raw_g of the lane's 4 dims (scalar loads: any row stride, any raw_g strides), the sum
 //   of squares by a 5-step xor shuffle, exp(g) by expf / log1pf, beta by expf. Recomputing it in
-//   each of a head's 32 warps costs ~1.5 KB of L1-resident loads and a few dozen instructions
-//   per warp, and saves a block barrier and shared memory: the kernel has neither;
-// - per row, S'^T k and S^T q are 4-wide partial dots per lane reduced by xor shuffles, the 4
+//   each of a head's 16 warps costs ~1.5 KB of L1-resident loads and a few dozen instructions
+//   per warp, and saves a block barrier: the kernel has none;
+// - per row, S'^T k and S^T q are 4-wide partial dots per lane reduced by xor shuffles, the 8
 //   rows' reductions interleaved; lane j writes o[v0 + j].
 // A bf16 pool halves the state bytes: a lane moves its 4 key dims as one 8-byte access, the
 // rows are widened to f32 in registers and rounded back to bf16 (nearest even) before the store.

@@ -7,10 +7,11 @@
 // warp w owns rows v0 .. v0 + kRows - 1 (v0 = tile * kTileV + w * kRows); lane l owns key dims
 // 4l .. 4l + 3 of each of those rows (K = 128 = 32 lanes x one float4). A state row S[:, v] is
 // K contiguous elements in the pool, so a warp reads and writes it as 512 contiguous bytes (f32
-// pool: one 16-byte access per lane) or 256 (bf16 pool: one 8-byte access per lane). The
-// kernel has no shared memory and no block barrier: a warp computes what it needs of the
-// token (q_hat, k_hat, exp(g) for its lanes' 4 key dims, beta, the v of its rows) in registers,
-// and reduces the per-row dot products with xor shuffles.
+// pool: one 16-byte access per lane) or 256 (bf16 pool: one 8-byte access per lane). The rows
+// land in shared memory by cp.async (each lane copies what it will read back, so no barrier);
+// the kernel has no block barrier: a warp computes what it needs of the token (q_hat, k_hat,
+// exp(g) for its lanes' 4 key dims, beta, the v of its rows) in registers, and reduces the
+// per-row dot products with xor shuffles.
 //
 // State dtype (template parameter P, float | __nv_bfloat16): the rows are widened to f32 on load
 // (exact), every token step is the same f32 code, and for a bf16 pool the f32 rows are rounded
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "cp_async.cuh"
 #include "kda_common.cuh"
 #include "kestrel/ops/backend.h"
 
@@ -30,11 +32,13 @@ namespace kestrel::ops::cuda::kda {
 
 inline constexpr int kK = 128;                    // key head dim this kernel is written for
 inline constexpr int kPerLane = kK / 32;          // key dims per lane: one float4
-inline constexpr int kRows = 8;                   // state rows per warp, all in flight at once
-inline constexpr int kWarps = 4;                  // warps per CTA (rows / warp and warps / CTA: 5 shapes measured, see kda_packed_decode.cu)
-inline constexpr int kThreads = kWarps * 32;      // 128
-inline constexpr int kTileV = kWarps * kRows;     // 32 state rows (v) per CTA: 4 CTAs per head at V = 128
+inline constexpr int kRows = 8;                   // state rows per warp, staged in shared memory at once
+inline constexpr int kBatch = 8;                  // rows per warp in registers for one token step
+inline constexpr int kWarps = 1;                  // warps per CTA (the shape was measured: kda_packed_decode.cu)
+inline constexpr int kThreads = kWarps * 32;      // 32
+inline constexpr int kTileV = kWarps * kRows;     // 8 state rows (v) per CTA: 16 CTAs per head at V = 128
 static_assert(kPerLane == 4, "a lane's key dims are one float4");
+static_assert(kRows % kBatch == 0 && kBatch <= 32, "whole batches; lane j < kBatch writes row j of a batch");
 
 struct KdaStepParams {
   void* out;             // [N*T, H, V] bf16 | f32 (dtype of mixed_qkv), any strides
@@ -62,12 +66,12 @@ struct KdaStepParams {
 // What a lane loads of one token of head h: its 4 dims of q, k and raw_g, the v of its warp's
 // rows (the same address on every lane: a broadcast) and the beta logit.
 struct TokenRaw {
-  float q[kPerLane], k[kPerLane], g[kPerLane], v[kRows], beta;
+  float q[kPerLane], k[kPerLane], g[kPerLane], v[kBatch], beta;
 };
 
 // The same, ready for the recurrence: q_hat (scaled by 1/sqrt(K)), k_hat, exp(g), sigmoid(beta).
 struct TokenHead {
-  float q[kPerLane], k[kPerLane], decay[kPerLane], v[kRows], beta;
+  float q[kPerLane], k[kPerLane], decay[kPerLane], v[kBatch], beta;
 };
 
 template <typename T>
@@ -84,7 +88,7 @@ __device__ __forceinline__ TokenRaw load_token(const KdaStepParams& p, int64_t r
   }
   const int64_t vcol = 2 * HK + static_cast<int64_t>(h) * p.V + v0;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) r.v[j] = v0 + j < p.V ? to_f32(qkv[vcol + j]) : 0.0f;
+  for (int j = 0; j < kBatch; ++j) r.v[j] = v0 + j < p.V ? to_f32(qkv[vcol + j]) : 0.0f;
   r.beta = load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1);
   return r;
 }
@@ -110,7 +114,7 @@ __device__ __forceinline__ TokenHead finish_token(const TokenRaw& r, const float
     x.decay[i] = expf(gate(r.g[i] + dt[i], exp_a_log, p.has_lb, p.lb));
   }
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) x.v[j] = r.v[j];
+  for (int j = 0; j < kBatch; ++j) x.v[j] = r.v[j];
   x.beta = sigmoid(r.beta);
   return x;
 }
@@ -149,19 +153,19 @@ __device__ __forceinline__ void round_to_pool(float4& s) {
 
 // One token on the warp's rows, in place:  S' = diag(exp(g)) S;  u = beta (v - S'^T k_hat);
 // S = S' + k_hat u^T;  o = S^T q_hat. Every lane ends with the full o of each row.
-__device__ __forceinline__ void token_step(float4 (&s)[kRows], const TokenHead& x, float (&o)[kRows]) {
-  float sk[kRows];
+__device__ __forceinline__ void token_step(float4 (&s)[kBatch], const TokenHead& x, float (&o)[kBatch]) {
+  float sk[kBatch];
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
+  for (int j = 0; j < kBatch; ++j) {
     s[j].x *= x.decay[0];
     s[j].y *= x.decay[1];
     s[j].z *= x.decay[2];
     s[j].w *= x.decay[3];
     sk[j] = fmaf(s[j].w, x.k[3], fmaf(s[j].z, x.k[2], fmaf(s[j].y, x.k[1], s[j].x * x.k[0])));
   }
-  warp_sum_n<kRows>(sk);
+  warp_sum_n<kBatch>(sk);
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
+  for (int j = 0; j < kBatch; ++j) {
     const float u = x.beta * (x.v[j] - sk[j]);
     s[j].x = fmaf(x.k[0], u, s[j].x);
     s[j].y = fmaf(x.k[1], u, s[j].y);
@@ -169,15 +173,29 @@ __device__ __forceinline__ void token_step(float4 (&s)[kRows], const TokenHead& 
     s[j].w = fmaf(x.k[3], u, s[j].w);
     o[j] = fmaf(s[j].w, x.q[3], fmaf(s[j].z, x.q[2], fmaf(s[j].y, x.q[1], s[j].x * x.q[0])));
   }
-  warp_sum_n<kRows>(o);
+  warp_sum_n<kBatch>(o);
+}
+
+// One lane's 4 key dims of a state row into shared memory, asynchronously: 16 bytes (f32 pool)
+// or 8 (bf16 pool), both aligned as supports() requires.
+__device__ __forceinline__ void stage_state4(float* dst, const float* src) { cp_async_16(smem_u32(dst), src); }
+__device__ __forceinline__ void stage_state4(__nv_bfloat16* dst, const __nv_bfloat16* src) {
+  cp_async_8(smem_u32(dst), src);
 }
 
 // kMulti = false: one token per sequence from and back to slot table[n * tab_s0] (decode).
 // kMulti = true: T tokens; the state starts at column accepted[n] - 1 and the state after token
 // t goes to column t (skipped where that id is <= 0). Either way a padding sequence (start slot
 // <= 0) writes zero output rows and touches no state.
+//
+// The warp's kRows state rows go to shared memory by cp.async first, lane l copying the 4 key
+// dims it will itself compute on, so the bytes are in flight without holding registers (what
+// limited the register-resident version: docs in kda_packed_decode.cu), and no barrier is
+// needed: a lane only reads back its own copies, after its own wait_group. The rows are then
+// stepped kBatch at a time from registers; a row's arithmetic is the same whatever the batch.
 template <typename T, typename P, bool kMulti>
 __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStepParams p) {
+  __shared__ __align__(16) P stage[kWarps][kRows][kK];
   const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
   const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
   const int h = static_cast<int>(nh % p.H);
@@ -189,52 +207,66 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
   const int64_t acc = kMulti && p.accepted != nullptr ? load_index(p.accepted, p.acc64, n * p.acc_s0) : 1;
   const int64_t start = load_index(p.table, p.tab64, n * p.tab_s0 + (acc - 1) * p.tab_s1);
   T* out = static_cast<T*>(p.out);
-  const int64_t out_col = static_cast<int64_t>(h) * p.out_s1 + static_cast<int64_t>(v0 + lane) * p.out_s2;
-  const bool writes_out = lane < kRows && v0 + lane < p.V;  // lane j < kRows writes row v0 + j
   if (start <= 0) {  // padding: zero output, no state read or written
-    if (writes_out)
-      for (int t = 0; t < steps; ++t) out[(n * steps + t) * p.out_s0 + out_col] = from_f32<T>(0.0f);
+    for (int j = lane; j < kRows; j += 32)
+      if (v0 + j < p.V) {
+        const int64_t col = static_cast<int64_t>(h) * p.out_s1 + static_cast<int64_t>(v0 + j) * p.out_s2;
+        for (int t = 0; t < steps; ++t) out[(n * steps + t) * p.out_s0 + col] = from_f32<T>(0.0f);
+      }
     return;
   }
   P* const pool = static_cast<P*>(p.pool);
   const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot (elements)
   // Element offset of this lane's 4 key dims in row v0 of a head: a multiple of 4 elements.
   const int64_t row0 = static_cast<int64_t>(v0) * kK + lane * kPerLane;
+  P* const mine = &stage[warp][0][lane * kPerLane];  // this lane's 4 dims of the warp's row 0
   // The state rows first: they are the bytes that matter, so they go out before anything else.
-  float4 s[kRows];
   {
     const P* src = pool + start * p.pool_s0 + head + row0;
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) s[j] = v0 + j < p.V ? load_state4(src + j * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < kRows; ++j)
+      if (v0 + j < p.V) stage_state4(mine + j * kK, src + j * kK);
+    cp_async_commit();
   }
   const float exp_a_log = expf(p.A_log[h * p.alog_s0]);
   float dt[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) dt[i] = p.dt_bias[(static_cast<int64_t>(h) * kK + lane * kPerLane + i) * p.dt_s0];
-  TokenRaw cur = load_token<T>(p, n * steps, h, lane, v0);
+  cp_async_wait_all();
 #pragma unroll 1
-  for (int t = 0; t < steps; ++t) {
-    const int64_t row = n * steps + t;
-    const int64_t dst = kMulti ? load_index(p.table, p.tab64, n * p.tab_s0 + t * p.tab_s1) : start;
-    TokenRaw next = cur;
-    if (kMulti && t + 1 < steps) next = load_token<T>(p, row + 1, h, lane, v0);  // in flight during this step
-    const TokenHead x = finish_token(cur, dt, exp_a_log, p);
-    float o[kRows];
-    token_step(s, x, o);
-    float mine = o[0];
+  for (int b0 = 0; b0 < kRows && v0 + b0 < p.V; b0 += kBatch) {
+    const int vb = v0 + b0;  // the batch's first row
+    const int64_t out_col = static_cast<int64_t>(h) * p.out_s1 + static_cast<int64_t>(vb + lane) * p.out_s2;
+    const bool writes_out = lane < kBatch && vb + lane < p.V;  // lane j < kBatch writes row vb + j
+    float4 s[kBatch];
 #pragma unroll
-    for (int j = 1; j < kRows; ++j)
-      if (lane == j) mine = o[j];
-    if (writes_out) out[row * p.out_s0 + out_col] = from_f32<T>(mine);
+    for (int j = 0; j < kBatch; ++j)
+      s[j] = vb + j < p.V ? load_state4(mine + (b0 + j) * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
+    TokenRaw cur = load_token<T>(p, n * steps, h, lane, vb);
+#pragma unroll 1
+    for (int t = 0; t < steps; ++t) {
+      const int64_t row = n * steps + t;
+      const int64_t dst = kMulti ? load_index(p.table, p.tab64, n * p.tab_s0 + t * p.tab_s1) : start;
+      TokenRaw next = cur;
+      if (kMulti && t + 1 < steps) next = load_token<T>(p, row + 1, h, lane, vb);  // in flight during this step
+      const TokenHead x = finish_token(cur, dt, exp_a_log, p);
+      float o[kBatch];
+      token_step(s, x, o);
+      float here = o[0];
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) round_to_pool<P>(s[j]);  // the state the pool holds (bf16: RNE)
-    if (dst > 0) {
-      P* d = pool + dst * p.pool_s0 + head + row0;
+      for (int j = 1; j < kBatch; ++j)
+        if (lane == j) here = o[j];
+      if (writes_out) out[row * p.out_s0 + out_col] = from_f32<T>(here);
 #pragma unroll
-      for (int j = 0; j < kRows; ++j)
-        if (v0 + j < p.V) store_state4(d + j * kK, s[j]);
+      for (int j = 0; j < kBatch; ++j) round_to_pool<P>(s[j]);  // the state the pool holds (bf16: RNE)
+      if (dst > 0) {
+        P* d = pool + dst * p.pool_s0 + head + row0 + static_cast<int64_t>(b0) * kK;
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j)
+          if (vb + j < p.V) store_state4(d + j * kK, s[j]);
+      }
+      cur = next;
     }
-    cur = next;
   }
 }
 
