@@ -1,0 +1,336 @@
+// kda_chunk_prefill, CUDA, kernel 1 of 2: the intra-chunk work, one CTA per (chunk slot, head),
+// all chunks of all sequences in parallel (design note: kda_chunk_prefill.cu). Everything here
+// is independent of the state: the gates and their in-chunk cumsum, the gated kk / qk products,
+// the UT transform, and the chunk's Qg, Kg, Kd, Tm, Aqk and decay, written to the workspace
+// (kda_chunk_prefill_common.cuh) for the state kernel.
+//
+// Phases (the same algorithm, blocks, reference points and solve order as the single-kernel v1,
+// which passed the matrix on an H200), barriers between them:
+//   P1  q, k L2-normalised (q scaled by 1/sqrt(K)), g = gate(raw_g + dt_bias), beta (a warp per row);
+//   P2  Gam = cumsum(g) per key dim, and the block ends b_I = Gam at row 16 I + 15;
+//   P3a diagonal 16 x 16 blocks of kk and qk by a running product of e^(g_i) (factors <= 1);
+//   P3b factor in place: qr = q e^(Gam - b_{I-1}), kr = k e^(Gam - b_{I-1}), kc = k e^(b_I - Gam),
+//       and the per-d vectors c_IJ = e^(b_{I-1} - b_J), e^(b_{I-1}), e^(Gam_last - b_J);
+//   P3c off-diagonal blocks I > J: kk = kr c_IJ kc, qk = qr c_IJ kc;
+//   P3d Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I); warps 0..3 invert
+//       the diagonal blocks of (I + L) (forward substitution, a lane per column);
+//   P4  off-diagonal blocks of X = (I + L)^-1: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ;
+//   P5  store: Qg, Kg, Kd, Tm = X diag(beta), Aqk, e^Gam_last (float4, coalesced).
+// Every exponential is of a difference Gam_i - Gam_j with i >= j, so every factor is <= 1.
+//
+// Shared memory (floats, 149,248 bytes):
+//   q [64][132] q_hat -> qr -> Qg     k [64][132] k_hat -> kr -> Kg     g [64][132] g -> Gam -> kc -> Kd
+//   a [64][68] L -> X                 aqk [64][68]                      r [3][16][16] solve scratch
+//   bend [4][128] b_I; cf [6][128] c_IJ; eb [5][128] e^(b_{I-1}) (eb[4] = e^Gam_last);
+//   ed [4][128] e^(Gam_last - b_J); beta [64].
+#pragma once
+
+#include "kda_chunk_prefill_common.cuh"
+
+namespace kestrel::ops::cuda::kda_chunk {
+
+struct alignas(16) IntraSmem {
+  float q[kC][kLdK];
+  float k[kC][kLdK];
+  float g[kC][kLdK];
+  float a[kC][kLdC];
+  float aqk[kC][kLdC];
+  float r[3][kB][kB];
+  float bend[4][kK];
+  float cf[6][kK];
+  float eb[5][kK];
+  float ed[4][kK];
+  float beta[kC];
+};
+static_assert(sizeof(IntraSmem) == 149248, "the note above states this size");
+
+// The off-diagonal block pairs (I, J), I > J, in the order of cf.
+__device__ __forceinline__ int pair_i(int p) { return p == 0 ? 1 : p < 3 ? 2 : 3; }
+__device__ __forceinline__ int pair_j(int p) { return p == 0 ? 0 : p < 3 ? p - 1 : p - 3; }
+
+__device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
+__device__ __forceinline__ float4 exp4(float4 a) { return make_float4(expf(a.x), expf(a.y), expf(a.z), expf(a.w)); }
+__device__ __forceinline__ float4 sub4(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
+}
+
+// Reduce-scatter over a warp: v[0 .. 2*kHalf) summed over the 32 lanes, lane l ending with the
+// total of index l in v[0] (each step keeps the half selected by one lane bit and adds the
+// partner's copy of it). 31 shuffles for 32 sums instead of 32 * 5.
+template <int kHalf>
+__device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
+  const bool hi = (lane & kHalf) != 0;
+#pragma unroll
+  for (int x = 0; x < kHalf; ++x) {
+    const float send = hi ? v[x] : v[x + kHalf];
+    const float keep = hi ? v[x + kHalf] : v[x];
+    v[x] = keep + __shfl_xor_sync(0xffffffffu, send, kHalf);
+  }
+  if constexpr (kHalf > 1) reduce_scatter_step<kHalf / 2>(v, lane);
+}
+
+// P1: token rows of the chunk into shared memory (a warp per row; lane l owns key dims 4l..4l+3).
+template <typename T>
+__device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t row0, int C, int h, int warp,
+                                          int lane, const float (&dt)[4], float exp_a_log) {
+  constexpr float kEps = 1e-6f;                      // inside the sqrt (kda_math.h kL2Eps)
+  constexpr float kInvSqrtK = 0.08838834764831845f;  // 1 / sqrt(128), the fixed q scale
+  const int64_t HK = static_cast<int64_t>(p.H) * kK;
+  const int d0 = 4 * lane;
+#pragma unroll 2
+  for (int i = warp; i < kC; i += kThreads / 32) {
+    float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q, g = q;
+    float beta = 0.0f;
+    if (i < C) {  // warp-uniform
+      const int64_t row = row0 + i;
+      const T* x = static_cast<const T*>(p.qkv) + row * p.qkv_s0 + static_cast<int64_t>(h) * kK + d0;
+      float qv[4], kv[4], gv[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        qv[e] = to_f32(x[e]);
+        kv[e] = to_f32(x[HK + e]);
+        gv[e] = load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2);
+      }
+      float ss[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        ss[0] = fmaf(qv[e], qv[e], ss[0]);
+        ss[1] = fmaf(kv[e], kv[e], ss[1]);
+      }
+      kda::warp_sum_n<2>(ss);
+      const float rq = kInvSqrtK / sqrtf(ss[0] + kEps), rk = 1.0f / sqrtf(ss[1] + kEps);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) gv[e] = kda::gate(gv[e] + dt[e], exp_a_log, p.has_lb, p.lb);
+      q = make_float4(qv[0] * rq, qv[1] * rq, qv[2] * rq, qv[3] * rq);
+      k = make_float4(kv[0] * rk, kv[1] * rk, kv[2] * rk, kv[3] * rk);
+      g = make_float4(gv[0], gv[1], gv[2], gv[3]);
+      beta = kda::sigmoid(load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1));
+    }
+    st4(&s.q[i][d0], q);
+    st4(&s.k[i][d0], k);
+    st4(&s.g[i][d0], g);
+    if (lane == 0) s.beta[i] = beta;
+  }
+}
+
+// P3a: the diagonal block I, rows [ib, ie) of it, by one warp. kp[j] = k_j e^(Gam_i - Gam_j) for
+// the current row i (a running product: one expf per (i, d)), then the 16 kk and 16 qk dots of
+// row i, reduced so that lane j < 16 holds kk[i][j] and lane 16 + j holds qk[i][j].
+__device__ __forceinline__ void diag_block(IntraSmem& s, int I, int ib, int ie, int lane) {
+  const int base = I * kB, d0 = 4 * lane;
+  float4 kp[kB];
+#pragma unroll
+  for (int j = 0; j < kB; ++j) kp[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 gprev = ld4(&s.g[base][d0]);
+#pragma unroll
+  for (int i = 0; i < kB; ++i) {
+    if (i >= ie) break;  // warp-uniform
+    const float4 ki = ld4(&s.k[base + i][d0]);
+    if (i > 0) {
+      const float4 gi = ld4(&s.g[base + i][d0]);
+      const float4 e = exp4(sub4(gi, gprev));  // e^(g_i) <= 1
+      gprev = gi;
+#pragma unroll
+      for (int j = 0; j < i; ++j) kp[j] = mul4(kp[j], e);
+    }
+    kp[i] = ki;
+    if (i >= ib) {  // warp-uniform
+      const float4 qi = ld4(&s.q[base + i][d0]);
+      float v[32];
+#pragma unroll
+      for (int j = 0; j < kB; ++j) {
+        v[j] = dot4(ki, kp[j], 0.0f);
+        v[kB + j] = dot4(qi, kp[j], 0.0f);
+      }
+      reduce_scatter_step<16>(v, lane);
+      const int j = lane & (kB - 1);
+      if (lane < kB) {
+        s.a[base + i][base + j] = j < i ? s.beta[base + i] * v[0] : 0.0f;  // L, strictly lower
+      } else {
+        s.aqk[base + i][base + j] = j <= i ? v[0] : 0.0f;
+      }
+    }
+  }
+}
+
+// The CTA's chunk: sequence n, chunk c of it, from workspace slot blockIdx.x. Returns false when
+// the slot is unused (past the sequence's last chunk, or a padding sequence).
+__device__ __forceinline__ bool find_chunk(const Params& p, int64_t slot, int64_t& n, int64_t& row0, int& C) {
+  // The largest n with f(n) <= slot (f strictly increasing, f(0) = 0).
+  int64_t lo = 0, hi = p.N - 1;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (chunk_slot_base(p, mid) <= slot) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  n = lo;
+  const int64_t c = slot - chunk_slot_base(p, n);
+  const int64_t bos = load_index(p.cu_seqlens, p.cu64, n * p.cu_s0);
+  const int64_t len = load_index(p.cu_seqlens, p.cu64, (n + 1) * p.cu_s0) - bos;
+  if (c * kC >= len || load_index(p.slots, p.slot64, n * p.slot_s0) <= 0) return false;
+  row0 = bos + c * kC;
+  C = static_cast<int>(len - c * kC < kC ? len - c * kC : kC);
+  return true;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  IntraSmem& s = *reinterpret_cast<IntraSmem*>(smem_raw);
+  const int h = static_cast<int>(blockIdx.y);
+  const int64_t slot = blockIdx.x;
+  int64_t n, row0;
+  int C;
+  if (!find_chunk(p, slot, n, row0, C)) return;  // uniform: before any barrier
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  // Upper blocks of a and aqk (never written after this; the store reads them as zeros).
+  for (int x = tid; x < kC * kC; x += kThreads) {
+    const int i = x / kC, j = x % kC;
+    if (j / kB > i / kB) s.a[i][j] = s.aqk[i][j] = 0.0f;
+  }
+  const float exp_a_log = expf(p.A_log[h * p.alog_s0]);
+  float dt[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) dt[e] = p.dt_bias[(static_cast<int64_t>(h) * kK + 4 * lane + e) * p.dt_s0];
+
+  // ---- P1
+  load_rows<T>(p, s, row0, C, h, warp, lane, dt, exp_a_log);
+  __syncthreads();
+  // ---- P2: Gam = cumsum(g) over the chunk, per key dim; b_I.
+  if (tid < kK) {
+    float run = 0.0f;
+#pragma unroll 4
+    for (int i = 0; i < kC; ++i) {
+      run += s.g[i][tid];
+      s.g[i][tid] = run;
+      if (i % kB == kB - 1) s.bend[i / kB][tid] = run;
+    }
+  }
+  __syncthreads();
+  // ---- P3a: diagonal blocks, two warps each (rows 0..7 and 8..15).
+  diag_block(s, warp / 2, (warp % 2) * 8, (warp % 2) * 8 + 8, lane);
+  __syncthreads();
+  // ---- P3b: factor q, k, g in place relative to the block boundaries; the per-d vectors.
+#pragma unroll 2
+  for (int x = tid; x < kC * (kK / 4); x += kThreads) {
+    const int i = x / (kK / 4), d = 4 * (x % (kK / 4)), I = i / kB;
+    const float4 gam = ld4(&s.g[i][d]);
+    const float4 ref = I > 0 ? ld4(&s.bend[I - 1][d]) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 rf = exp4(sub4(gam, ref));                 // e^(Gam_i - b_{I-1}) <= 1
+    const float4 cf = exp4(sub4(ld4(&s.bend[I][d]), gam));  // e^(b_I - Gam_i) <= 1
+    const float4 kv = ld4(&s.k[i][d]);
+    st4(&s.q[i][d], mul4(ld4(&s.q[i][d]), rf));
+    st4(&s.k[i][d], mul4(kv, rf));
+    st4(&s.g[i][d], mul4(kv, cf));
+  }
+  for (int x = tid; x < 15 * kK; x += kThreads) {
+    const int r = x / kK, d = x % kK;
+    if (r < 6) {
+      s.cf[r][d] = expf(s.bend[pair_i(r) - 1][d] - s.bend[pair_j(r)][d]);
+    } else if (r < 11) {
+      s.eb[r - 6][d] = r == 6 ? 1.0f : expf(s.bend[r - 7][d]);
+    } else {
+      s.ed[r - 11][d] = expf(s.bend[3][d] - s.bend[r - 11][d]);
+    }
+  }
+  __syncthreads();
+  // ---- P3c: off-diagonal blocks (6 pairs x 32 threads; rows rq, rq + 8, columns cq + 4c).
+  if (tid < 6 * 32) {
+    const int pr = tid / 32, w = tid % 32, rq = w / 4, cq = w % 4;
+    const int i0 = pair_i(pr) * kB + rq, jb = pair_j(pr) * kB + cq;
+    float ak[2][4] = {}, aq[2][4] = {};
+#pragma unroll 2
+    for (int d = 0; d < kK; d += 4) {
+      const float4 c = ld4(&s.cf[pr][d]);
+      const float4 q0 = mul4(ld4(&s.q[i0][d]), c), q1 = mul4(ld4(&s.q[i0 + 8][d]), c);
+      const float4 k0 = mul4(ld4(&s.k[i0][d]), c), k1 = mul4(ld4(&s.k[i0 + 8][d]), c);
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) {
+        const float4 kc = ld4(&s.g[jb + 4 * cc][d]);
+        ak[0][cc] = dot4(k0, kc, ak[0][cc]);
+        ak[1][cc] = dot4(k1, kc, ak[1][cc]);
+        aq[0][cc] = dot4(q0, kc, aq[0][cc]);
+        aq[1][cc] = dot4(q1, kc, aq[1][cc]);
+      }
+    }
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int i = i0 + 8 * rr;
+#pragma unroll
+      for (int cc = 0; cc < 4; ++cc) {
+        s.a[i][jb + 4 * cc] = s.beta[i] * ak[rr][cc];
+        s.aqk[i][jb + 4 * cc] = aq[rr][cc];
+      }
+    }
+  }
+  __syncthreads();
+  // ---- P3d: Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I); meanwhile
+  // warps 0..3 invert the diagonal blocks of (I + L) (a reads a, the rest reads q, k, g: disjoint).
+#pragma unroll 2
+  for (int x = tid; x < kC * (kK / 4); x += kThreads) {
+    const int i = x / (kK / 4), d = 4 * (x % (kK / 4)), I = i / kB;
+    const float4 e = ld4(&s.eb[I][d]);
+    st4(&s.q[i][d], mul4(ld4(&s.q[i][d]), e));
+    st4(&s.k[i][d], mul4(ld4(&s.k[i][d]), e));
+    st4(&s.g[i][d], mul4(ld4(&s.g[i][d]), ld4(&s.ed[I][d])));
+  }
+  if (warp < 4) {  // X_II = (I + L_II)^-1: lane j < 16 computes column j by forward substitution
+    const int base = warp * kB, j = lane % kB;
+    float x[kB];
+#pragma unroll
+    for (int i = 0; i < kB; ++i) {
+      float acc = i == j ? 1.0f : 0.0f;
+#pragma unroll
+      for (int m = 0; m < i; ++m) acc = fmaf(-s.a[base + i][base + m], x[m], acc);
+      x[i] = acc;
+    }
+    __syncwarp();  // every lane's reads of L_II before any write of X_II
+    if (lane < kB) {
+#pragma unroll
+      for (int i = 0; i < kB; ++i) s.a[base + i][base + j] = x[i];
+    }
+  }
+  __syncthreads();
+  // ---- P4: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ, block row by block row.
+#pragma unroll 1
+  for (int I = 1; I < 4; ++I) {
+    for (int x = tid; x < I * kB * kB; x += kThreads) {
+      const int J = x / (kB * kB), r = x / kB % kB, c = x % kB;
+      float acc = 0.0f;
+      for (int m = J * kB; m < I * kB; ++m) acc = fmaf(s.a[I * kB + r][m], s.a[m][J * kB + c], acc);
+      s.r[J][r][c] = acc;
+    }
+    __syncthreads();
+    for (int x = tid; x < I * kB * kB; x += kThreads) {
+      const int J = x / (kB * kB), r = x / kB % kB, c = x % kB;
+      float acc = 0.0f;
+#pragma unroll
+      for (int m = 0; m < kB; ++m) acc = fmaf(s.a[I * kB + r][I * kB + m], s.r[J][m][c], acc);
+      s.a[I * kB + r][J * kB + c] = -acc;
+    }
+    __syncthreads();
+  }
+  // ---- P5: the workspace (reads only; the last barrier above ordered every write before them).
+  float* ws = ws_at(p, slot, h);
+#pragma unroll 4
+  for (int x = tid; x < kC * (kK / 4); x += kThreads) {
+    const int i = x / (kK / 4), d = 4 * (x % (kK / 4));
+    st4(ws + kWsQg + i * kK + d, ld4(&s.q[i][d]));
+    st4(ws + kWsKg + i * kK + d, ld4(&s.k[i][d]));
+    st4(ws + kWsKd + i * kK + d, ld4(&s.g[i][d]));
+  }
+#pragma unroll 4
+  for (int x = tid; x < kC * (kC / 4); x += kThreads) {
+    const int i = x / (kC / 4), j = 4 * (x % (kC / 4));
+    st4(ws + kWsTm + i * kC + j, mul4(ld4(&s.a[i][j]), ld4(&s.beta[j])));
+    st4(ws + kWsAqk + i * kC + j, ld4(&s.aqk[i][j]));
+  }
+  if (tid < kK / 4) st4(ws + kWsDec + 4 * tid, ld4(&s.eb[4][4 * tid]));
+}
+
+}  // namespace kestrel::ops::cuda::kda_chunk
