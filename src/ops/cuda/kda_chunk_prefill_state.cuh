@@ -1,48 +1,59 @@
 // kda_chunk_prefill, CUDA, kernel 2 of 2: the state recurrence, one CTA per (sequence, head,
 // 32 value columns), chunks in order (design note: kda_chunk_prefill.cu). Per chunk, from the
 // intra-chunk kernel's workspace (Qg, Kg, Kd, Tm, Aqk, decay) and the chunk's v:
-//   P5  O = Qg S (kept in registers), Y = V - Kg S -> yt;
-//   P6  Vn = Tm Y -> vnt  (= U - W S with U = Tm V, W = Tm Kg: neither is formed);
-//   P7  O += Aqk Vn, stored; S = diag(dec) S + Kd^T Vn; checkpoint after a full chunk.
-// The state tile S[:, v0 .. v0+31] (128 x 32 f32) stays in shared memory across the sequence.
+//   P5  warps 0..3: O = Qg S (kept in registers to P7); warps 4..7: Y = V - Kg S -> yt;
+//   P6  all warps: Vn = Tm Y -> vnt  (= U - W S with U = Tm V, W = Tm Kg: neither is formed);
+//   P7  warps 0..3: O += Aqk Vn, stored; warps 4..7: S = diag(dec) S + Kd^T Vn, checkpoint.
+// Every product is on tensor cores, mma.sync m16n8k8 3xTF32 (mma_tf32.cuh: ~f32 accuracy, the
+// state carried from chunk to chunk gets no tf32 rounding). A warp's tiles: P5 rows 16 (w % 4)
+// .. +15 x 32 columns x K 128; P6 the same rows x 16 columns 16 (w / 4) .. x j < 16 (w % 4 + 1)
+// (Tm is lower triangular); P7-out the same rows x 32 columns; P7-state key dims 32 (w - 4) ..
+// +31 x 32 columns x 64. The state tile S[:, v0 .. v0+31] (128 x 32 f32, stored as S^T) stays in
+// shared memory across the sequence.
 //
 // Pipeline (cp.async, 16-byte copies, one group in flight at each wait):
 //   B1  wait for Qg, Kg of this chunk; barrier;    then issue Kd, Tm, Aqk, dec of this chunk
-//   P5  (reads qg, kg, st);                        then load next chunk's v into registers
+//   P5  (reads qg, kg, st);                        then warps 4..7 load the next chunk's v
 //   B2  wait for Kd, Tm, Aqk, dec; barrier;        then issue Qg, Kg of the next chunk
 //   P6  (reads tm, yt);  B3 barrier;  P7 (reads aqk, vnt, kd, dec; st: own elements only).
 // Races, per buffer: qg / kg are written by the copies issued after B2 and read in P5 (after the
 // next B1); kd / tm / aqk / dec written after B1 and read after B2 (P6, P7) of the same chunk,
 // and the next copies into them are issued after the next B1, when every P7 read is done; yt
 // written in P5, read in P6 (B2 between); vnt written in P6, read in P7 (B3), rewritten in the
-// next P6 (two barriers later); st read by all in P5, written in P7 by its owner (B2, B3
-// between), read again in the next P5 after B1.
+// next P6 (two barriers later); st read by all in P5, read and written in P7 by the owner of
+// each element in warps 4..7's C fragments (B2, B3 between), read again in the next P5 after
+// B1; the final store reads it in the load map after one more barrier.
+// Bank conflicts: fragment loads along a row (A row-major, every B) hit banks 4 g + t with rows
+// of 132 or 68 floats; Kd, read down its columns, has rows of 136 (banks 8 t + g); the C-fragment
+// stores into yt / vnt / st (column 2t (+1), row g) hit banks 8 t + g (+4): all conflict-free.
 //
-// Thread maps (tid 0..255, warp w, lane l):
-//   P5, P6, P7-out: rows i in {rg, rg + 32}, columns v in {vg + 8b}, rg = tid / 8, vg = tid % 8;
-//   P7-state, state load/store: S^T rows v in {w + 8b}, key dims 4l .. 4l+3 (one float4).
-//
-// Shared memory (floats; 171,008 bytes):
-//   st [32][132] S^T of the tile    qg, kg, kd [64][132]    tm, aqk [64][68]    yt, vnt [32][68]
-//   dec [128]
+// Shared memory (floats; 172,032 bytes):
+//   st [32][132] S^T of the tile    qg, kg [64][132]    kd [64][136]    tm, aqk [64][68]
+//   yt, vnt [32][68] (Y^T, Vn^T)    dec [128]
 #pragma once
 
 #include "kda_chunk_prefill_common.cuh"
+#include "mma_tf32.cuh"
 
 namespace kestrel::ops::cuda::kda_chunk {
+
+// Kd is read as a transposed A operand (element (d, j) at kd[j][d]): rows of 136 floats put the
+// 32 lanes of a fragment load, (j = t, d = g) + const, in banks 8 t + g, all distinct; the other
+// operands are read along their rows, where 132 (68) gives banks 4 g + t.
+inline constexpr int kLdKd = kK + 8;
 
 struct alignas(16) StateSmem {
   float st[kTileV][kLdK];
   float qg[kC][kLdK];
   float kg[kC][kLdK];
-  float kd[kC][kLdK];
+  float kd[kC][kLdKd];
   float tm[kC][kLdC];
   float aqk[kC][kLdC];
   float yt[kTileV][kLdC];
   float vnt[kTileV][kLdC];
   float dec[kK];
 };
-static_assert(sizeof(StateSmem) == 171008, "the note above states this size");
+static_assert(sizeof(StateSmem) == 172032, "the note above states this size");
 
 __device__ __forceinline__ void cp_async16(float* smem, const float* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
@@ -52,8 +63,8 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 // rows x 128 floats of the workspace into a padded [rows][kLdK] shared array, by all threads.
-template <int kRows>
-__device__ __forceinline__ void copy_rows128(float (*dst)[kLdK], const float* src, int tid) {
+template <int kRows, int kLd = kLdK>
+__device__ __forceinline__ void copy_rows128(float (*dst)[kLd], const float* src, int tid) {
 #pragma unroll
   for (int x = tid; x < kRows * (kK / 4); x += kThreads) {
     const int i = x / (kK / 4), d = 4 * (x % (kK / 4));
@@ -76,31 +87,11 @@ __device__ __forceinline__ void issue_qk(StateSmem& s, const float* ws, int tid)
 }
 
 __device__ __forceinline__ void issue_rest(StateSmem& s, const float* ws, int tid) {
-  copy_rows128<kC>(s.kd, ws + kWsKd, tid);
+  copy_rows128<kC, kLdKd>(s.kd, ws + kWsKd, tid);
   copy_rows64(s.tm, ws + kWsTm, tid);
   copy_rows64(s.aqk, ws + kWsAqk, tid);
   if (tid < kK / 4) cp_async16(&s.dec[4 * tid], ws + kWsDec + 4 * tid);
   cp_async_commit();
-}
-
-__device__ __forceinline__ float dot4s(float4 a, float4 b, float acc) {
-  return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
-}
-
-// 2 x 4 outputs (rows i0, i0 + 32; columns c0 + 8b) of A [64 x ld] times B^T [32 x ld]^T over
-// n inner elements, both row-major with the inner dim contiguous.
-__device__ __forceinline__ void mm_2x4(const float* a0, const float* a1, const float* b0, int ldb, int n,
-                                       float (&acc)[2][4]) {
-#pragma unroll 4
-  for (int x = 0; x < n; x += 4) {
-    const float4 av0 = ld4(a0 + x), av1 = ld4(a1 + x);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-      const float4 bv = ld4(b0 + 8 * b * ldb + x);
-      acc[0][b] = dot4s(av0, bv, acc[0][b]);
-      acc[1][b] = dot4s(av1, bv, acc[1][b]);
-    }
-  }
 }
 
 template <typename T>
@@ -129,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
   const int64_t ck0 = p.ckpt != nullptr ? load_index(p.cu_ckpt, p.cuk64, n * p.cuk_s0) : 0;
   const int64_t ws0 = chunk_slot_base(p, n);  // workspace slot of chunk 0
 
-  // The state tile, S^T rows v = warp + 8b, key dims 4 lane .. 4 lane + 3 (own elements).
+  // The state tile, S^T rows v = warp + 8b, key dims 4 lane .. 4 lane + 3 (the load / store map).
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     const int v = warp + 8 * b;
@@ -139,20 +130,25 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
   }
   if (len > 0) issue_qk(s, ws_at(p, ws0, h), tid);
 
-  const int rg = tid / 8, vg = tid % 8;  // P5 / P6 / P7-out map: rows rg, rg + 32; columns vg + 8b
+  // Fragment coordinates (mma_tf32.cuh): g = lane / 4, t = lane % 4; C element c of tile (mt, nt)
+  // is row 16 mt + g + 8 (c / 2), column 8 nt + 2 t + c % 2.
+  const int g = lane / 4, t = lane % 4;
+  const int mb = warp % 4;  // the warp's 16-row block of the chunk in P5, P6, P7-out
+  auto row_of = [&](int c) { return 16 * mb + g + 8 * (c / 2); };
+  auto col_of = [&](int nt, int c) { return 8 * nt + 2 * t + c % 2; };
+  // Warps 4..7: this thread's v elements of the current chunk at its P5 C positions.
   const int64_t HK = static_cast<int64_t>(p.H) * kK;
-  const T* vsrc = static_cast<const T*>(p.qkv) + 2 * HK + static_cast<int64_t>(h) * p.V + v0 + vg;
-  float vr[2][4];  // this thread's v elements of the current chunk
+  const T* vsrc = static_cast<const T*>(p.qkv) + 2 * HK + static_cast<int64_t>(h) * p.V + v0;
+  float vr[4][4];
   auto load_v = [&](int64_t c0) {
     const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
 #pragma unroll
-    for (int a = 0; a < 2; ++a) {
-      const int i = rg + 32 * a;
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int b = 0; b < 4; ++b) vr[a][b] = i < C ? to_f32(vsrc[(bos + c0 + i) * p.qkv_s0 + 8 * b]) : 0.0f;
-    }
+      for (int c = 0; c < 4; ++c)
+        vr[nt][c] = row_of(c) < C ? to_f32(vsrc[(bos + c0 + row_of(c)) * p.qkv_s0 + col_of(nt, c)]) : 0.0f;
   };
-  if (len > 0) load_v(0);
+  if (warp >= 4 && len > 0) load_v(0);
 
 #pragma unroll 1
   for (int64_t c0 = 0; c0 < len; c0 += kC) {
@@ -163,78 +159,74 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     cp_async_wait_all();
     __syncthreads();
     issue_rest(s, ws, tid);
-    // ---- P5: O = Qg S (kept), Y = V - Kg S -> yt.
-    float o[2][4] = {};
-    {
-      float pk[2][4] = {};
-      mm_2x4(&s.qg[rg][0], &s.qg[rg + 32][0], &s.st[vg][0], kLdK, kK, o);
-      mm_2x4(&s.kg[rg][0], &s.kg[rg + 32][0], &s.st[vg][0], kLdK, kK, pk);
+    // ---- P5: warps 0..3 O = Qg S (kept to P7), warps 4..7 Y = V - Kg S -> yt; block mb, 32 columns.
+    float acc[1][4][4] = {};
+    mma::warp_mma_3xtf32<1, 4>(acc, warp < 4 ? &s.qg[16 * mb][0] : &s.kg[16 * mb][0], kLdK, 1, &s.st[0][0], kLdK,
+                               kK / 8, lane);
+    if (warp >= 4) {
 #pragma unroll
-      for (int a = 0; a < 2; ++a)
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) s.yt[vg + 8 * b][rg + 32 * a] = vr[a][b] - pk[a][b];
+        for (int c = 0; c < 4; ++c) s.yt[col_of(nt, c)][row_of(c)] = vr[nt][c] - acc[0][nt][c];
+      if (c0 + kC < len) load_v(c0 + kC);
     }
-    if (c0 + kC < len) load_v(c0 + kC);
     // ---- B2
     cp_async_wait_all();
     __syncthreads();
     if (c0 + kC < len) issue_qk(s, ws + static_cast<int64_t>(p.H) * kWsFloats, tid);  // the next slot, same head
-    // ---- P6: Vn = Tm Y -> vnt (Tm is lower triangular: columns past the row's block are 0).
-    const int jend = ((rg + 32) / kB + 1) * kB;  // the same for the 4 row groups of a warp
+    // ---- P6: Vn = Tm Y -> vnt; block mb, columns 16 (warp / 4) .. +15; Tm is lower triangular,
+    // so block mb needs columns j < 16 (mb + 1) only.
     {
-      float vn[2][4] = {};
-      mm_2x4(&s.tm[rg][0], &s.tm[rg + 32][0], &s.yt[vg][0], kLdC, jend, vn);
+      float vn[1][2][4] = {};
+      const int n0 = 16 * (warp / 4);
+      mma::warp_mma_3xtf32<1, 2>(vn, &s.tm[16 * mb][0], kLdC, 1, &s.yt[n0][0], kLdC, 2 * (mb + 1), lane);
 #pragma unroll
-      for (int a = 0; a < 2; ++a)
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) s.vnt[vg + 8 * b][rg + 32 * a] = vn[a][b];
+        for (int c = 0; c < 4; ++c) s.vnt[n0 + col_of(nt, c)][row_of(c)] = vn[0][nt][c];
     }
     // ---- B3
     __syncthreads();
-    // ---- P7: O += Aqk Vn, stored; S = diag(dec) S + Kd^T Vn; checkpoint.
-    mm_2x4(&s.aqk[rg][0], &s.aqk[rg + 32][0], &s.vnt[vg][0], kLdC, jend, o);
+    if (warp < 4) {
+      // ---- P7-out: O += Aqk Vn (block mb, j < 16 (mb + 1)), stored.
+      mma::warp_mma_3xtf32<1, 4>(acc, &s.aqk[16 * mb][0], kLdC, 1, &s.vnt[0][0], kLdC, 2 * (mb + 1), lane);
 #pragma unroll
-    for (int a = 0; a < 2; ++a) {
-      const int i = rg + 32 * a;
-      if (i < C) {
-        T* dst = out + (row0 + i) * p.out_s0 + out_h;
+      for (int c = 0; c < 4; ++c) {
+        if (row_of(c) >= C) continue;
+        T* dst = out + (row0 + row_of(c)) * p.out_s0 + out_h;
 #pragma unroll
-        for (int b = 0; b < 4; ++b) dst[(v0 + vg + 8 * b) * p.out_s2] = from_f32<T>(o[a][b]);
+        for (int nt = 0; nt < 4; ++nt) dst[(v0 + col_of(nt, c)) * p.out_s2] = from_f32<T>(acc[0][nt][c]);
       }
-    }
-    {
-      const int d = 4 * lane;
-      const float4 decay = ld4(&s.dec[d]);
-      float4 acc[4];
+    } else {
+      // ---- P7-state: S = diag(dec) S + Kd^T Vn on key dims d0 .. d0 + 31 (two 16-row tiles);
+      // each st element is read and written by the thread that owns it in the C fragment.
+      const int d0 = 32 * (warp - 4);
+      float sn[2][4][4];
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const float4 sv = ld4(&s.st[warp + 8 * b][d]);
-        acc[b] = make_float4(sv.x * decay.x, sv.y * decay.y, sv.z * decay.z, sv.w * decay.w);
-      }
-#pragma unroll 2
-      for (int j = 0; j < kC; j += 4) {
-        const float4 kd0 = ld4(&s.kd[j][d]), kd1 = ld4(&s.kd[j + 1][d]);
-        const float4 kd2 = ld4(&s.kd[j + 2][d]), kd3 = ld4(&s.kd[j + 3][d]);
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          const float4 vn = ld4(&s.vnt[warp + 8 * b][j]);
-          acc[b].x = fmaf(vn.w, kd3.x, fmaf(vn.z, kd2.x, fmaf(vn.y, kd1.x, fmaf(vn.x, kd0.x, acc[b].x))));
-          acc[b].y = fmaf(vn.w, kd3.y, fmaf(vn.z, kd2.y, fmaf(vn.y, kd1.y, fmaf(vn.x, kd0.y, acc[b].y))));
-          acc[b].z = fmaf(vn.w, kd3.z, fmaf(vn.z, kd2.z, fmaf(vn.y, kd1.z, fmaf(vn.x, kd0.z, acc[b].z))));
-          acc[b].w = fmaf(vn.w, kd3.w, fmaf(vn.z, kd2.w, fmaf(vn.y, kd1.w, fmaf(vn.x, kd0.w, acc[b].w))));
-        }
-      }
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int d = d0 + 16 * mt + g + 8 * (c / 2);
+            sn[mt][nt][c] = s.dec[d] * s.st[col_of(nt, c)][d];
+          }
+      mma::warp_mma_3xtf32<2, 4>(sn, &s.kd[0][d0], 1, kLdKd, &s.vnt[0][0], kLdC, kC / 8, lane);
       float* ck = p.ckpt != nullptr && C == kC ? p.ckpt + (ck0 + c0 / kC) * p.ckpt_s0 + head : nullptr;
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const int v = warp + 8 * b;
-        st4(&s.st[v][d], acc[b]);
-        if (ck != nullptr) st4(ck + static_cast<int64_t>(v0 + v) * kK + d, acc[b]);
-      }
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const int d = d0 + 16 * mt + g + 8 * (c / 2), v = col_of(nt, c);
+            s.st[v][d] = sn[mt][nt][c];
+            if (ck != nullptr) ck[static_cast<int64_t>(v0 + v) * kK + d] = sn[mt][nt][c];
+          }
     }
   }
-  // The final state (each thread stores the elements it owns; an empty sequence stores its
-  // initial state, or zeros).
+  __syncthreads();  // P7-state wrote st in the fragment map; the store below reads the load map
+  // The final state (an empty sequence stores its initial state, or zeros).
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     const int v = warp + 8 * b;
