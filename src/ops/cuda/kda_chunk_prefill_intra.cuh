@@ -11,7 +11,7 @@
 //   P3a diagonal 16 x 16 blocks of kk and qk by a running product of e^(g_i) (factors <= 1);
 //   P3b factor in place: qr = q e^(Gam - b_{I-1}), kr = k e^(Gam - b_{I-1}), kc = k e^(b_I - Gam),
 //       and the per-d vectors c_IJ = e^(b_{I-1} - b_J), e^(b_{I-1}), e^(Gam_last - b_J);
-//   P3c off-diagonal blocks I > J: kk = kr c_IJ kc, qk = qr c_IJ kc;
+//   P3c off-diagonal blocks I > J: kk = kr c_IJ kc, qk = qr c_IJ kc (mma.sync 3xTF32, mma_tf32.cuh);
 //   P3d Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I); warps 0..3 invert
 //       the diagonal blocks of (I + L) (forward substitution, a lane per column);
 //   P4  off-diagonal blocks of X = (I + L)^-1: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ;
@@ -26,6 +26,7 @@
 #pragma once
 
 #include "kda_chunk_prefill_common.cuh"
+#include "mma_tf32.cuh"
 
 namespace kestrel::ops::cuda::kda_chunk {
 
@@ -239,32 +240,24 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(co
     }
   }
   __syncthreads();
-  // ---- P3c: off-diagonal blocks (6 pairs x 32 threads; rows rq, rq + 8, columns cq + 4c).
-  if (tid < 6 * 32) {
-    const int pr = tid / 32, w = tid % 32, rq = w / 4, cq = w % 4;
-    const int i0 = pair_i(pr) * kB + rq, jb = pair_j(pr) * kB + cq;
-    float ak[2][4] = {}, aq[2][4] = {};
-#pragma unroll 2
-    for (int d = 0; d < kK; d += 4) {
-      const float4 c = ld4(&s.cf[pr][d]);
-      const float4 q0 = mul4(ld4(&s.q[i0][d]), c), q1 = mul4(ld4(&s.q[i0 + 8][d]), c);
-      const float4 k0 = mul4(ld4(&s.k[i0][d]), c), k1 = mul4(ld4(&s.k[i0 + 8][d]), c);
+  // ---- P3c: off-diagonal blocks on tensor cores (3xTF32, ~f32): 24 jobs of 16 x 8 (6 block pairs
+  // x {kk, qk} x 2 column halves), 3 per warp; A = kr or qr rows of block I times c_IJ per d,
+  // B = kc rows of block J (element (d, j) at g[j][d]).
+#pragma unroll 1
+  for (int job = warp; job < 24; job += kThreads / 32) {
+    const int pr = job / 4, qk = (job / 2) % 2, nt = job % 2;
+    const int I = pair_i(pr), J = pair_j(pr);
+    float c[1][1][4] = {};
+    mma::warp_mma_3xtf32<1, 1>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J + 8 * nt][0], kLdK,
+                               kK / 8, lane, &s.cf[pr][0]);
+    const int g = lane / 4, t = lane % 4;
 #pragma unroll
-      for (int cc = 0; cc < 4; ++cc) {
-        const float4 kc = ld4(&s.g[jb + 4 * cc][d]);
-        ak[0][cc] = dot4(k0, kc, ak[0][cc]);
-        ak[1][cc] = dot4(k1, kc, ak[1][cc]);
-        aq[0][cc] = dot4(q0, kc, aq[0][cc]);
-        aq[1][cc] = dot4(q1, kc, aq[1][cc]);
-      }
-    }
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const int i = i0 + 8 * rr;
-#pragma unroll
-      for (int cc = 0; cc < 4; ++cc) {
-        s.a[i][jb + 4 * cc] = s.beta[i] * ak[rr][cc];
-        s.aqk[i][jb + 4 * cc] = aq[rr][cc];
+    for (int e = 0; e < 4; ++e) {
+      const int i = kB * I + g + 8 * (e / 2), j = kB * J + 8 * nt + 2 * t + e % 2;
+      if (qk) {
+        s.aqk[i][j] = c[0][0][e];
+      } else {
+        s.a[i][j] = s.beta[i] * c[0][0][e];
       }
     }
   }

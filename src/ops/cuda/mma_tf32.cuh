@@ -37,23 +37,27 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
 }
 
 // c[mt][nt] (16 x 8 tiles) += A[kMt * 16 rows from A's origin][ksteps * 8] * B[ksteps * 8][kNt * 8
-// columns from B's origin], by one warp, 3xTF32. A element (m, k) at a[m * a_sm + k * a_sk];
-// B element (k, n) at b[n * b_ld + k].
+// columns from B's origin], by one warp, 3xTF32. A element (m, k) at a[m * a_sm + k * a_sk], times
+// a_scale[k] when a_scale is given (a per-k factor, multiplied in f32 before the split); B element
+// (k, n) at b[n * b_ld + k].
 template <int kMt, int kNt>
 __device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kMt][kNt][4], const float* a, int a_sm, int a_sk,
-                                                const float* b, int b_ld, int ksteps, int lane) {
+                                                const float* b, int b_ld, int ksteps, int lane,
+                                                const float* a_scale = nullptr) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll 2
   for (int ks = 0; ks < ksteps; ++ks) {
     const int k0 = 8 * ks;
     uint32_t ab[kMt][4], as[kMt][4], bb[kNt][2], bs[kNt][2];
+    const float s0 = a_scale != nullptr ? a_scale[k0 + t] : 1.0f;  // columns t and t + 4
+    const float s1 = a_scale != nullptr ? a_scale[k0 + t + 4] : 1.0f;
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       const float* ap = a + (16 * mt + g) * a_sm + (k0 + t) * a_sk;
-      split_tf32(ap[0], ab[mt][0], as[mt][0]);
-      split_tf32(ap[8 * a_sm], ab[mt][1], as[mt][1]);
-      split_tf32(ap[4 * a_sk], ab[mt][2], as[mt][2]);
-      split_tf32(ap[8 * a_sm + 4 * a_sk], ab[mt][3], as[mt][3]);
+      split_tf32(ap[0] * s0, ab[mt][0], as[mt][0]);
+      split_tf32(ap[8 * a_sm] * s0, ab[mt][1], as[mt][1]);
+      split_tf32(ap[4 * a_sk] * s1, ab[mt][2], as[mt][2]);
+      split_tf32(ap[8 * a_sm + 4 * a_sk] * s1, ab[mt][3], as[mt][3]);
     }
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
