@@ -248,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(co
     const int pr = job / 4, qk = (job / 2) % 2, nt = job % 2;
     const int I = pair_i(pr), J = pair_j(pr);
     float c[1][1][4] = {};
-    mma::warp_mma_3xtf32<1, 1>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J + 8 * nt][0], kLdK,
+    mma::warp_mma_tf32<1, 1, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J + 8 * nt][0], kLdK,
                                kK / 8, lane, &s.cf[pr][0]);
     const int g = lane / 4, t = lane % 4;
 #pragma unroll

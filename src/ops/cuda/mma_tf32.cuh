@@ -22,10 +22,12 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
   return r;
 }
 
-// x = big + small, both tf32 (small holds the next 11 bits of the mantissa, rounded).
+// x = big + small, both tf32 (small holds the next 11 bits of the mantissa, rounded); without
+// k3x only big is formed (small is left for the compiler to drop).
+template <bool k3x>
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
   big = to_tf32(x);
-  small = to_tf32(x - __uint_as_float(big));
+  small = k3x ? to_tf32(x - __uint_as_float(big)) : 0u;
 }
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -37,11 +39,12 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], 
 }
 
 // c[mt][nt] (16 x 8 tiles) += A[kMt * 16 rows from A's origin][ksteps * 8] * B[ksteps * 8][kNt * 8
-// columns from B's origin], by one warp, 3xTF32. A element (m, k) at a[m * a_sm + k * a_sk], times
+// columns from B's origin], by one warp: 3xTF32 (k3x) or plain tf32 (operands rounded once, a third
+// of the mma; ~2^-11 relative per operand). A element (m, k) at a[m * a_sm + k * a_sk], times
 // a_scale[k] when a_scale is given (a per-k factor, multiplied in f32 before the split); B element
 // (k, n) at b[n * b_ld + k].
-template <int kMt, int kNt>
-__device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kMt][kNt][4], const float* a, int a_sm, int a_sk,
+template <int kMt, int kNt, bool k3x = true>
+__device__ __forceinline__ void warp_mma_tf32(float (&c)[kMt][kNt][4], const float* a, int a_sm, int a_sk,
                                                 const float* b, int b_ld, int ksteps, int lane,
                                                 const float* a_scale = nullptr) {
   const int g = lane / 4, t = lane % 4;
@@ -54,23 +57,25 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kMt][kNt][4], const f
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
       const float* ap = a + (16 * mt + g) * a_sm + (k0 + t) * a_sk;
-      split_tf32(ap[0] * s0, ab[mt][0], as[mt][0]);
-      split_tf32(ap[8 * a_sm] * s0, ab[mt][1], as[mt][1]);
-      split_tf32(ap[4 * a_sk] * s1, ab[mt][2], as[mt][2]);
-      split_tf32(ap[8 * a_sm + 4 * a_sk] * s1, ab[mt][3], as[mt][3]);
+      split_tf32<k3x>(ap[0] * s0, ab[mt][0], as[mt][0]);
+      split_tf32<k3x>(ap[8 * a_sm] * s0, ab[mt][1], as[mt][1]);
+      split_tf32<k3x>(ap[4 * a_sk] * s1, ab[mt][2], as[mt][2]);
+      split_tf32<k3x>(ap[8 * a_sm + 4 * a_sk] * s1, ab[mt][3], as[mt][3]);
     }
 #pragma unroll
     for (int nt = 0; nt < kNt; ++nt) {
       const float* bp = b + (8 * nt + g) * b_ld + k0 + t;
-      split_tf32(bp[0], bb[nt][0], bs[nt][0]);
-      split_tf32(bp[4], bb[nt][1], bs[nt][1]);
+      split_tf32<k3x>(bp[0], bb[nt][0], bs[nt][0]);
+      split_tf32<k3x>(bp[4], bb[nt][1], bs[nt][1]);
     }
 #pragma unroll
     for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < kNt; ++nt) {
-        mma_tf32(c[mt][nt], as[mt], bb[nt]);  // small terms first, then the big product
-        mma_tf32(c[mt][nt], ab[mt], bs[nt]);
+        if constexpr (k3x) {
+          mma_tf32(c[mt][nt], as[mt], bb[nt]);  // small terms first, then the big product
+          mma_tf32(c[mt][nt], ab[mt], bs[nt]);
+        }
         mma_tf32(c[mt][nt], ab[mt], bb[nt]);
       }
     }
