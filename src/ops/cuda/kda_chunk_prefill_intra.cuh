@@ -72,41 +72,52 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
 }
 
 // P1: token rows of the chunk into shared memory (a warp per row; lane l owns key dims 4l..4l+3).
+// The warp's 8 rows are loaded first, all 104 scalar loads in flight together (the phase is
+// latency-bound), then normalised and stored.
 template <typename T>
 __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t row0, int C, int h, int warp,
                                           int lane, const float (&dt)[4], float exp_a_log) {
   constexpr float kEps = 1e-6f;                      // inside the sqrt (kda_math.h kL2Eps)
   constexpr float kInvSqrtK = 0.08838834764831845f;  // 1 / sqrt(128), the fixed q scale
+  constexpr int kRows = kC / (kThreads / 32);        // 8 rows per warp: warp + 8 r
   const int64_t HK = static_cast<int64_t>(p.H) * kK;
   const int d0 = 4 * lane;
-#pragma unroll 2
-  for (int i = warp; i < kC; i += kThreads / 32) {
+  float qv[kRows][4], kv[kRows][4], gv[kRows][4], bv[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int i = warp + 8 * r;
+    const int64_t row = row0 + i;
+    const bool live = i < C;  // warp-uniform
+    const T* x = static_cast<const T*>(p.qkv) + row * p.qkv_s0 + static_cast<int64_t>(h) * kK + d0;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      qv[r][e] = live ? to_f32(x[e]) : 0.0f;
+      kv[r][e] = live ? to_f32(x[HK + e]) : 0.0f;
+      gv[r][e] = live ? load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2) : 0.0f;
+    }
+    bv[r] = live ? load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1) : 0.0f;
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int i = warp + 8 * r;
     float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q, g = q;
     float beta = 0.0f;
     if (i < C) {  // warp-uniform
-      const int64_t row = row0 + i;
-      const T* x = static_cast<const T*>(p.qkv) + row * p.qkv_s0 + static_cast<int64_t>(h) * kK + d0;
-      float qv[4], kv[4], gv[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        qv[e] = to_f32(x[e]);
-        kv[e] = to_f32(x[HK + e]);
-        gv[e] = load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2);
-      }
       float ss[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        ss[0] = fmaf(qv[e], qv[e], ss[0]);
-        ss[1] = fmaf(kv[e], kv[e], ss[1]);
+        ss[0] = fmaf(qv[r][e], qv[r][e], ss[0]);
+        ss[1] = fmaf(kv[r][e], kv[r][e], ss[1]);
       }
       kda::warp_sum_n<2>(ss);
       const float rq = kInvSqrtK / sqrtf(ss[0] + kEps), rk = 1.0f / sqrtf(ss[1] + kEps);
+      float gg[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) gv[e] = kda::gate(gv[e] + dt[e], exp_a_log, p.has_lb, p.lb);
-      q = make_float4(qv[0] * rq, qv[1] * rq, qv[2] * rq, qv[3] * rq);
-      k = make_float4(kv[0] * rk, kv[1] * rk, kv[2] * rk, kv[3] * rk);
-      g = make_float4(gv[0], gv[1], gv[2], gv[3]);
-      beta = kda::sigmoid(load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1));
+      for (int e = 0; e < 4; ++e) gg[e] = kda::gate(gv[r][e] + dt[e], exp_a_log, p.has_lb, p.lb);
+      q = make_float4(qv[r][0] * rq, qv[r][1] * rq, qv[r][2] * rq, qv[r][3] * rq);
+      k = make_float4(kv[r][0] * rk, kv[r][1] * rk, kv[r][2] * rk, kv[r][3] * rk);
+      g = make_float4(gg[0], gg[1], gg[2], gg[3]);
+      beta = kda::sigmoid(bv[r]);
     }
     st4(&s.q[i][d0], q);
     st4(&s.k[i][d0], k);
