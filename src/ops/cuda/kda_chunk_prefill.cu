@@ -1,29 +1,39 @@
 // kda_chunk_prefill, CUDA (sm_90a): varlen KDA prefill in chunks of 64 tokens (UT transform /
 // WY form), initial states from pool slots, final states back to them, optional checkpoints after
 // every full chunk. Semantics: docs/ops/kda.md; CPU reference: src/ops/cpu/kda_chunk_prefill.cpp.
+// Written without a GPU at hand: unverified on hardware until the next scripts/gpu-check.
 //
-// v2: two kernels (v1, one CTA per (sequence, head, value tile) walking every chunk and redoing
-// the state-independent work per tile, ran 2.63 ms at T = 4096, H = 32 on an H200):
-//   1. kda_chunk_prefill_intra.cuh, one CTA per (chunk, head) for all chunks of all sequences at
-//      once: gates, cumsum, kk / qk, the UT transform; writes Qg, Kg, Kd, Tm, Aqk and the decay
-//      of the chunk to a workspace (kda_chunk_prefill_common.cuh has its layout, 131,584 bytes
-//      per (chunk, head));
-//   2. kda_chunk_prefill_state.cuh, one CTA per (sequence, head, 32 value columns), chunks in
-//      order: Vn = Tm (V - Kg S), O = Qg S + Aqk Vn, S = diag(dec) S + Kd^T Vn, the state tile in
-//      shared memory, the next chunk's workspace streamed in with cp.async under the compute.
-// Storing Tm and Kg (instead of fla's W = Tm Kg and U = Tm V) keeps the workspace V-independent
-// and smaller, and Vn bit-compatible in structure with v1 (Y = V - Kg S, then Tm Y).
+// v2: two kernels. (v1, one f32 SIMT CTA per (sequence, head, 32 value columns) walking every
+// chunk and redoing the state-independent work per tile, ran 2.63 ms at T = 4096, H = 32.)
+//   1. kda_chunk_prefill_intra.cuh: one CTA per (chunk, head), all chunks of all sequences at
+//      once: gates, cumsum, kk / qk (off-diagonal blocks on tensor cores), the UT transform;
+//      writes the chunk's Qg, Kg, Kd, Tm = (I + L)^-1 diag(beta), Aqk and decay to a workspace
+//      (layout in kda_chunk_prefill_common.cuh, 131,584 bytes per (chunk, head));
+//   2. kda_chunk_prefill_state.cuh: one CTA per (sequence, head, 32 value columns), chunks in
+//      order: Vn = Tm (V - Kg S), O = Qg S + Aqk Vn, S = diag(dec) S + Kd^T Vn, every product
+//      on tensor cores (mma.sync m16n8k8 tf32 / 3xTF32), the state tile in shared memory, the
+//      next chunk's workspace streamed in with cp.async under the compute.
+// Storing Tm and Kg (instead of the WY pair W = Tm Kg, U = Tm V) keeps the workspace
+// V-independent and smaller, and costs the state kernel one 64 x 64 x 32 triangular product.
 // Workspace slots: chunk c of sequence n uses slot n + floor(cu_seqlens[n] / 64) + c (unique,
-// below N + floor(T / 64); see chunk_slot_base), so the grid is sized from T and N alone and the
-// call stays capturable; idle slots exit at once.
+// below N + floor(T / 64); see chunk_slot_base), so both grids are sized from T and N alone and
+// the call stays capturable; unused slots exit at once. The workspace comes from the stream's
+// default memory pool (cudaMallocAsync / cudaFreeAsync), kept mapped between calls.
 //
-// Precision: the same f32 algorithm as v1 (every exponential <= 1, blocks of 16 with per-block
-// reference points), only split in two: the state kernel's products are f32 FFMA.
+// Precision: v1's algorithm (every exponential of a difference Gam_i - Gam_j with i >= j, per
+// 16-row block reference points, so every factor is <= 1 however strong the decay); kernel 1
+// f32 with 3xTF32 (~f32) off-diagonal products; kernel 2 3xTF32 on the carried state's path (Kg S,
+// Tm Y, Kd^T Vn), plain tf32 for the output-only Qg S and Aqk Vn (kda_chunk_prefill_state.cuh,
+// kPrecise*: host emulation at T = 4096 predicts outputs within ~5e-5 and states within ~1e-6
+// against the 4e-3 allowance).
 //
-// Bytes per (chunk, head): the workspace, 131,584 bytes written once and read by each of the
-// V / 32 state CTAs of the head (from L2 when they run together; 4 at V = 128), plus v1's token
-// inputs, outputs, states and checkpoints. FLOPs: kernel 1 ~1.4 MFLOP per (chunk, head) (v1's
-// P1 - P4), kernel 2 ~1.8 MFLOP per (chunk, head, tile).
+// Bytes per (chunk, head): the workspace, 131,584 written once and read by each of the V / 32
+// state CTAs of the head (from L2 when they run together), plus the token inputs (~1.3 KB per
+// (token, head) in bf16), the outputs, the states (K V 4 bytes each way per (sequence, head)) and
+// the checkpoints (K V 4 per (chunk, head)). FLOPs per (token, head) of the chunk algorithm:
+// 6 K V (Qg S, Kg S, Kd^T Vn) + 2 (C + 1) K (kk, qk, lower triangles) + 2 (C + 1) V (Tm Y,
+// Aqk Vn) + ~C^2 / 3 (the solve) ~ 133 K FLOPs at K = V = 128, C = 64 (bench/kda_chunk_prefill.cpp
+// uses this count); 3xTF32 triples the tensor-core work of the products it covers.
 #include "kda_chunk_prefill_intra.cuh"
 #include "kda_chunk_prefill_state.cuh"
 #include "kestrel/ops/kda_chunk_prefill.h"

@@ -5,8 +5,8 @@
 //   P6  all warps: Vn = Tm Y -> vnt  (= U - W S with U = Tm V, W = Tm Kg: neither is formed);
 //   P7  warps 0..3: O += Aqk Vn, stored; warps 4..7: S = diag(dec) S + Kd^T Vn, checkpoint.
 // Every product is on tensor cores, mma.sync m16n8k8 tf32 (mma_tf32.cuh): 3xTF32 (~f32) for the
-// two products that write the carried state (Tm Y, Kd^T Vn), plain tf32 for the others (see
-// kPrecise* below for the measured errors). A warp's tiles: P5 rows 16 (w % 4)
+// three on the carried state's path (Kg S, Tm Y, Kd^T Vn), plain tf32 for the output-only Qg S
+// and Aqk Vn (see kPrecise* below for the measured errors). A warp's tiles: P5 rows 16 (w % 4)
 // .. +15 x 32 columns x K 128; P6 the same rows x 16 columns 16 (w / 4) .. x j < 16 (w % 4 + 1)
 // (Tm is lower triangular); P7-out the same rows x 32 columns; P7-state key dims 32 (w - 4) ..
 // +31 x 32 columns x 64. The state tile S[:, v0 .. v0+31] (128 x 32 f32, stored as S^T) stays in
@@ -44,16 +44,18 @@ namespace kestrel::ops::cuda::kda_chunk {
 inline constexpr int kLdKd = kK + 8;
 
 // Precision per product (true: 3xTF32, ~f32; false: plain tf32, a third of the mma). Chosen from
-// a host emulation of this kernel's exact fragment maps and roundings against an f64 token
-// recurrence, T = 4096, the matrix's generators and a weak-decay variant (g in [-0.04, 0], the
-// harder case: states remember longer). All 3xTF32: out 2e-8, states 1.6e-7. All plain tf32:
-// out 4e-5, states 3.6e-4, almost all of it from Tm Y and Kd^T Vn, the two products that write
-// the carried state. With these two 3xTF32 and the rest plain: out 2.8e-5, states 3.9e-5, two
-// orders under the 4e-3 allowance; the output-only products (Qg S, Aqk Vn) and Kg S (its error
-// reaches the state only through Tm, scaled by beta < 1 and the decay) take plain tf32.
-inline constexpr bool kPrecise5 = false;       // P5: Qg S and Kg S
+// a host emulation of this kernel's exact fragment maps and roundings (workspace from f64) against
+// an f64 token recurrence, T = 4096, max abs errors (out / checkpoints):
+//   matrix generators (strong decay): all 3xTF32 8e-9 / 6e-8; this choice 1.6e-5 / 6e-8;
+//   weak decay (g in [-0.004, 0], states remember): all 3xTF32 4e-8 / 7e-7; this choice
+//   5.2e-5 / 7e-7; all plain tf32 ~4e-5 / 3.6e-4, and Kg S alone plain 2.5e-5 / 2.7e-4.
+// So the three products on the carried state's path (Kg S, Tm Y, Kd^T Vn) are 3xTF32 and the
+// state stays f32-accurate; the output-only products (Qg S, Aqk Vn) are plain tf32, errors two
+// orders under the 4e-3 allowance and not carried from chunk to chunk.
+inline constexpr bool kPreciseQS = false;      // P5: Qg S (output only)
+inline constexpr bool kPreciseKS = true;       // P5: Kg S
 inline constexpr bool kPrecise6 = true;        // P6: Tm Y
-inline constexpr bool kPrecise7Out = false;    // P7: Aqk Vn
+inline constexpr bool kPrecise7Out = false;    // P7: Aqk Vn (output only)
 inline constexpr bool kPrecise7State = true;   // P7: Kd^T Vn
 
 struct alignas(16) StateSmem {
@@ -175,8 +177,11 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     issue_rest(s, ws, tid);
     // ---- P5: warps 0..3 O = Qg S (kept to P7), warps 4..7 Y = V - Kg S -> yt; block mb, 32 columns.
     float acc[1][4][4] = {};
-    mma::warp_mma_tf32<1, 4, kPrecise5>(acc, warp < 4 ? &s.qg[16 * mb][0] : &s.kg[16 * mb][0], kLdK, 1, &s.st[0][0], kLdK,
-                               kK / 8, lane);
+    if (warp < 4) {
+      mma::warp_mma_tf32<1, 4, kPreciseQS>(acc, &s.qg[16 * mb][0], kLdK, 1, &s.st[0][0], kLdK, kK / 8, lane);
+    } else {
+      mma::warp_mma_tf32<1, 4, kPreciseKS>(acc, &s.kg[16 * mb][0], kLdK, 1, &s.st[0][0], kLdK, kK / 8, lane);
+    }
     if (warp >= 4) {
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
