@@ -23,8 +23,10 @@ static_assert(kC == 4 * kB && kThreads == 256 && kTileV == 32, "the thread maps 
 //   qg  [64][128]  Qg = q_hat e^Gam               (O = Qg S)
 //   kg  [64][128]  Kg = k_hat e^Gam               (Vn = Tm (V - Kg S))
 //   kd  [64][128]  Kd = k_hat e^(Gam_last - Gam)  (S += Kd^T Vn)
-//   tm  [64][64]   Tm = (I + L)^-1 diag(beta), lower triangular (upper 16 x 16 blocks 0)
-//   aqk [64][64]   Aqk, lower triangular incl. the diagonal (upper blocks 0)
+//   tm  [64][64]   Tm = (I + L)^-1 diag(beta), lower triangular
+//   aqk [64][64]   Aqk, lower triangular incl. the diagonal
+//   (tm and aqk hold their 16 x 16 blocks I >= J only; the blocks above, zero in value, are
+//   neither written nor read)
 //   dec [128]      e^Gam_last (the state's decay over the chunk)
 // Padded rows (C <= r < 64) are 0 in qg, kg, kd, and their rows and columns in tm are 0.
 inline constexpr int kWsQg = 0;

@@ -29,7 +29,8 @@
 // stores into yt / vnt / st (column 2t (+1), row g) hit banks 8 t + g (+4): all conflict-free.
 //
 // Shared memory (floats; 172,032 bytes):
-//   st [32][132] S^T of the tile    qg, kg [64][132]    kd [64][136]    tm, aqk [64][68]
+//   st [32][132] S^T of the tile    qg, kg [64][132]    kd [64][136]    tm, aqk [64][68] (lower
+//   16 x 16 block triangle only: the rest is never written nor read)
 //   yt, vnt [32][68] (Y^T, Vn^T)    dec [128]
 #pragma once
 
@@ -88,11 +89,13 @@ __device__ __forceinline__ void copy_rows128(float (*dst)[kLd], const float* src
   }
 }
 
-__device__ __forceinline__ void copy_rows64(float (*dst)[kLdC], const float* src, int tid) {
+// The lower block triangle (16 x 16 blocks I >= J) of a [64][64] workspace matrix into a padded
+// [64][kLdC] shared array, by all threads: Tm and Aqk are zero above it, and no product reads there.
+__device__ __forceinline__ void copy_lower64(float (*dst)[kLdC], const float* src, int tid) {
 #pragma unroll
   for (int x = tid; x < kC * (kC / 4); x += kThreads) {
     const int i = x / (kC / 4), j = 4 * (x % (kC / 4));
-    cp_async16(&dst[i][j], src + i * kC + j);
+    if (j < kB * (i / kB + 1)) cp_async16(&dst[i][j], src + i * kC + j);
   }
 }
 
@@ -104,8 +107,8 @@ __device__ __forceinline__ void issue_qk(StateSmem& s, const float* ws, int tid)
 
 __device__ __forceinline__ void issue_rest(StateSmem& s, const float* ws, int tid) {
   copy_rows128<kC, kLdKd>(s.kd, ws + kWsKd, tid);
-  copy_rows64(s.tm, ws + kWsTm, tid);
-  copy_rows64(s.aqk, ws + kWsAqk, tid);
+  copy_lower64(s.tm, ws + kWsTm, tid);
+  copy_lower64(s.aqk, ws + kWsAqk, tid);
   if (tid < kK / 4) cp_async16(&s.dec[4 * tid], ws + kWsDec + 4 * tid);
   cp_async_commit();
 }
