@@ -8,21 +8,24 @@
 // which passed the matrix on an H200), barriers between them:
 //   P1  q, k L2-normalised (q scaled by 1/sqrt(K)), g = gate(raw_g + dt_bias), beta (a warp per row);
 //   P2  Gam = cumsum(g) per key dim, and the block ends b_I = Gam at row 16 I + 15;
-//   P3a diagonal 16 x 16 blocks of kk and qk by a running product of e^(g_i) (factors <= 1);
+//   P3a diagonal 16 x 16 blocks of kk and qk by a running product of e^(g_i) (factors <= 1), only
+//       when some key dim decays by more than kDiagMaxDrop within a block; else they go to P3c;
 //   P3b factor in place: qr = q e^(Gam - b_{I-1}), kr = k e^(Gam - b_{I-1}), kc = k e^(b_I - Gam),
 //       and the per-d vectors c_IJ = e^(b_{I-1} - b_J), e^(b_{I-1}), e^(Gam_last - b_J);
-//   P3c off-diagonal blocks I > J: kk = kr c_IJ kc, qk = qr c_IJ kc (mma.sync 3xTF32, mma_tf32.cuh);
+//   P3c off-diagonal blocks I > J: kk = kr c_IJ kc, qk = qr c_IJ kc (mma.sync 3xTF32, mma_tf32.cuh),
+//       and the diagonal ones with c_II = e^(b_{I-1} - b_I) >= 1 when that is <= e^kDiagMaxDrop;
 //   P3d Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I); warps 0..3 invert
 //       the diagonal blocks of (I + L) (forward substitution, a lane per column);
 //   P4  off-diagonal blocks of X = (I + L)^-1: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ;
 //   P5  store: Qg, Kg, Kd, Tm = X diag(beta), Aqk (their lower 16 x 16 block triangles),
 //       e^Gam_last (float4, coalesced).
-// Every exponential is of a difference Gam_i - Gam_j with i >= j, so every factor is <= 1.
+// Every exponential is of a difference Gam_i - Gam_j with i >= j, so every factor is <= 1, except
+// the diagonal c_II, used only while it is <= e^40 (all products stay finite and normal).
 //
-// Shared memory (floats, 149,248 bytes):
+// Shared memory (floats, 151,296 bytes):
 //   q [64][132] q_hat -> qr -> Qg     k [64][132] k_hat -> kr -> Kg     g [64][132] g -> Gam -> kc -> Kd
 //   a [64][68] L -> X                 aqk [64][68]                      r [3][16][16] solve scratch
-//   bend [4][128] b_I; cf [6][128] c_IJ; eb [5][128] e^(b_{I-1}) (eb[4] = e^Gam_last);
+//   bend [4][128] b_I; cf [10][128] c_IJ (6 off-diagonal, 4 diagonal pairs); eb [5][128] e^(b_{I-1}) (eb[4] = e^Gam_last);
 //   ed [4][128] e^(Gam_last - b_J); beta [64].
 #pragma once
 
@@ -39,16 +42,22 @@ struct alignas(16) IntraSmem {
   float aqk[kC][kLdC];
   float r[3][kB][kB];
   float bend[4][kK];
-  float cf[6][kK];
+  float cf[10][kK];
   float eb[5][kK];
   float ed[4][kK];
   float beta[kC];
 };
-static_assert(sizeof(IntraSmem) == 149248, "the note above states this size");
+static_assert(sizeof(IntraSmem) == 151296, "the note above states this size");
 
-// The off-diagonal block pairs (I, J), I > J, in the order of cf.
-__device__ __forceinline__ int pair_i(int p) { return p == 0 ? 1 : p < 3 ? 2 : 3; }
-__device__ __forceinline__ int pair_j(int p) { return p == 0 ? 0 : p < 3 ? p - 1 : p - 3; }
+// The block pairs (I, J) in the order of cf: 0..5 off-diagonal (I > J), 6..9 diagonal (I = J = p - 6).
+__device__ __forceinline__ int pair_i(int p) { return p == 0 ? 1 : p < 3 ? 2 : p < 6 ? 3 : p - 6; }
+__device__ __forceinline__ int pair_j(int p) { return p == 0 ? 0 : p < 3 ? p - 1 : p < 6 ? p - 3 : p - 6; }
+
+// Diagonal blocks on tensor cores when every key dim decays by at most this much (in log) across
+// every 16-row block: their factors e^(b_{I-1} - b_I) then stay below e^40 ~ 2.4e17, so kr c kc
+// products (true value <= |k_i k_j|) are formed from finite f32 / tf32 operands far inside the
+// range (kr >= e^-40 |k|, no denormals); a stronger decay takes the running product (P3a).
+inline constexpr float kDiagMaxDrop = 40.0f;
 
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
 __device__ __forceinline__ float4 exp4(float4 a) { return make_float4(expf(a.x), expf(a.y), expf(a.z), expf(a.w)); }
@@ -211,19 +220,26 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(co
   // ---- P1
   load_rows<T>(p, s, row0, C, h, warp, lane, dt, exp_a_log);
   __syncthreads();
-  // ---- P2: Gam = cumsum(g) over the chunk, per key dim; b_I.
+  // ---- P2: Gam = cumsum(g) over the chunk, per key dim; b_I; whether every block's decay is
+  // within kDiagMaxDrop (g <= 0, so Gam only falls: a block's largest drop is b_{I-1} - b_I).
+  bool steep = false;
   if (tid < kK) {
-    float run = 0.0f;
+    float run = 0.0f, prev = 0.0f;
 #pragma unroll 4
     for (int i = 0; i < kC; ++i) {
       run += s.g[i][tid];
       s.g[i][tid] = run;
-      if (i % kB == kB - 1) s.bend[i / kB][tid] = run;
+      if (i % kB == kB - 1) {
+        s.bend[i / kB][tid] = run;
+        steep = steep || !(prev - run <= kDiagMaxDrop);  // NaN counts as steep
+        prev = run;
+      }
     }
   }
-  __syncthreads();
-  // ---- P3a: diagonal blocks, two warps each (rows 0..7 and 8..15).
-  diag_block(s, warp / 2, (warp % 2) * 8, (warp % 2) * 8 + 8, lane);
+  const bool diag_mma = !__syncthreads_or(steep);  // also the barrier after P2
+  // ---- P3a: diagonal blocks by the running product, two warps each (rows 0..7 and 8..15),
+  // unless they go on tensor cores in P3c.
+  if (!diag_mma) diag_block(s, warp / 2, (warp % 2) * 8, (warp % 2) * 8 + 8, lane);
   __syncthreads();
   // ---- P3b: factor q, k, g in place relative to the block boundaries; the per-d vectors.
 #pragma unroll 2
@@ -238,22 +254,27 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(co
     st4(&s.k[i][d], mul4(kv, rf));
     st4(&s.g[i][d], mul4(kv, cf));
   }
-  for (int x = tid; x < 15 * kK; x += kThreads) {
+  for (int x = tid; x < 19 * kK; x += kThreads) {
     const int r = x / kK, d = x % kK;
     if (r < 6) {
       s.cf[r][d] = expf(s.bend[pair_i(r) - 1][d] - s.bend[pair_j(r)][d]);
     } else if (r < 11) {
       s.eb[r - 6][d] = r == 6 ? 1.0f : expf(s.bend[r - 7][d]);
-    } else {
+    } else if (r < 15) {
       s.ed[r - 11][d] = expf(s.bend[3][d] - s.bend[r - 11][d]);
+    } else {  // diagonal pairs: e^(b_{I-1} - b_I) >= 1, <= e^kDiagMaxDrop where used
+      const int I = r - 15;
+      s.cf[6 + I][d] = expf(fminf((I > 0 ? s.bend[I - 1][d] : 0.0f) - s.bend[I][d], kDiagMaxDrop));
     }
   }
   __syncthreads();
-  // ---- P3c: off-diagonal blocks on tensor cores (3xTF32, ~f32): 24 jobs of 16 x 8 (6 block pairs
-  // x {kk, qk} x 2 column halves), 3 per warp; A = kr or qr rows of block I times c_IJ per d,
-  // B = kc rows of block J (element (d, j) at g[j][d]).
+  // ---- P3c: blocks on tensor cores (3xTF32, ~f32): jobs of 16 x 8 (block pair x {kk, qk} x 2
+  // column halves), 24 for the 6 off-diagonal pairs, 40 with the 4 diagonal ones; A = kr or qr
+  // rows of block I times c_IJ per d, B = kc rows of block J (element (d, j) at g[j][d]). On a
+  // diagonal block, kr_i c_II kc_j = k_i k_j e^(Gam_i - Gam_j), masked to j < i (L) or j <= i (Aqk).
+  const int jobs = diag_mma ? 40 : 24;
 #pragma unroll 1
-  for (int job = warp; job < 24; job += kThreads / 32) {
+  for (int job = warp; job < jobs; job += kThreads / 32) {
     const int pr = job / 4, qk = (job / 2) % 2, nt = job % 2;
     const int I = pair_i(pr), J = pair_j(pr);
     float c[1][1][4] = {};
@@ -264,9 +285,9 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(co
     for (int e = 0; e < 4; ++e) {
       const int i = kB * I + g + 8 * (e / 2), j = kB * J + 8 * nt + 2 * t + e % 2;
       if (qk) {
-        s.aqk[i][j] = c[0][0][e];
+        s.aqk[i][j] = j <= i ? c[0][0][e] : 0.0f;  // j <= i always off the diagonal
       } else {
-        s.a[i][j] = s.beta[i] * c[0][0][e];
+        s.a[i][j] = j < i ? s.beta[i] * c[0][0][e] : 0.0f;
       }
     }
   }
