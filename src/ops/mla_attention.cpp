@@ -70,9 +70,11 @@ void mla_attention_check(const MlaAttentionArgs& a) {
 
 // Fill the GPU with one wave: batch * row_tiles CTAs already exist per split; multiply them
 // up to num_sms (floor: a partial second wave would not finish sooner than one longer wave),
-// but never cut the planning length into splits of fewer than kMlaAttentionMinSplitKeys keys:
-// each split writes 64 x 512 f32 partials (128 KB) and the combine reads them back, which a
-// split of 256 keys (288 KB of bf16 KV, 144 KB of fp8) still outweighs.
+// but never cut the planning length into splits of fewer than kMlaAttentionMinSplitKeys keys
+// (64: two KV tiles). Each split writes 64 x 512 f32 partials (128 KB) and the combine reads
+// them back, more bytes than 64 keys of KV; but small batches are latency-bound, not
+// bandwidth-bound: on the H200 one 32-key tile costs the v1 kernel ~5.5 us, so B = 1 at 1k
+// keys took 55 us as 4 splits of 256 keys (measured) and is cut into 16 splits of 64 now.
 int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms) {
   const int64_t base = std::max<int64_t>(1, batch * row_tiles);
   const int64_t fill = std::max<int64_t>(1, num_sms / base);

@@ -36,7 +36,7 @@ void mla_attention(Backend b, const MlaAttentionArgs& a, Stream stream = nullptr
 // KV splits per (sequence, query-row tile) so that `batch * row_tiles` CTAs, times the splits,
 // fill `num_sms` one CTA each, without splits shorter than kMlaAttentionMinSplitKeys keys of
 // the planning length `kv_len` (the block table's capacity max_pages * page_size).
-inline constexpr int64_t kMlaAttentionMinSplitKeys = 256;
+inline constexpr int64_t kMlaAttentionMinSplitKeys = 64;
 inline constexpr int64_t kMlaAttentionMaxSplits = 256;
 int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
 

@@ -24,6 +24,18 @@ void note_launch(const char* kernel);
 
 inline cudaStream_t as_cuda(Stream s) { return static_cast<cudaStream_t>(s); }
 
+// Runs `set` once per (current device, tag): settings that CUDA keeps per device, such as a
+// kernel's dynamic shared-memory opt-in (cudaFuncSetAttribute). A process-wide std::call_once
+// would leave every device but the first without it.
+void once_per_device(const void* tag, void (*set)());
+
+// Stream-ordered scratch (cudaMallocAsync / cudaFreeAsync on the stream; inside a CUDA graph
+// capture these become graph memory nodes). The first call on a device makes its default
+// memory pool keep freed memory (release threshold = max), so a call does not map and unmap
+// pages every time the stream synchronises: without that, a 4 MB scratch cost ~50 us a call.
+void* scratch_alloc(size_t bytes, cudaStream_t s);
+void scratch_free(void* p, cudaStream_t s);
+
 // ---- element types -------------------------------------------------------------------------
 template <typename T> __device__ __forceinline__ float to_f32(T v);
 template <> __device__ __forceinline__ float to_f32<float>(float v) { return v; }

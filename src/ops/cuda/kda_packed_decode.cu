@@ -5,12 +5,20 @@
 // Decode is memory-bound: per (sequence, head) it must read and write the K x V = 128 x 128 f32
 // state (64 KB each way) and read only ~1 KB of token inputs. So the work is split to stream
 // the state once at full width:
-// - grid: one CTA of 8 warps per (sequence, head, tile of 32 state rows v): B * H * 4 CTAs at
+// - grid: one CTA of 4 warps per (sequence, head, tile of 32 state rows v): B * H * 4 CTAs at
 //   V = 128 (128 CTAs already for B = 1, H = 32); adjacent CTAs touch adjacent state rows;
-// - a warp owns 4 state rows; lane l owns key dims 4l .. 4l+3 of each, so a row (512 contiguous
-//   bytes, K innermost) is one coalesced 16-byte load per lane, and the 4 rows' loads are all in
-//   flight before any math. The state rows stay in registers (16 floats per lane) from load to
+// - a warp owns 8 state rows; lane l owns key dims 4l .. 4l+3 of each, so a row (512 contiguous
+//   bytes, K innermost) is one coalesced 16-byte load per lane, and the 8 rows' loads are all in
+//   flight before any math. The state rows stay in registers (32 floats per lane) from load to
 //   store, and are written back once;
+// - the shape was measured (H200, 2026-11-29, f32 pool, B = 256): rows per warp x warps per
+//   CTA = 2x8: 434 us at H = 32; 4x8 (the first version): 308; 4x4: 303; 8x8: 322; 8x4: 289
+//   (88% of copy; verify N = 32, T = 4, H = 96: 478 -> 377 us). Decode is bound by the state
+//   bytes in flight per SM: 8x4 runs 5 CTAs of 96 registers per SM (80 KB of loads in flight)
+//   against 4 x 16 KB for 4x8; 8x8 fits only 2 CTAs. A resident grid whose warps loop over
+//   units with the next unit's rows prefetched was slower still (520 us: 104 registers, 16 warps
+//   per SM). More bytes in flight without registers (state tiles through shared memory by bulk
+//   copies) is the next step toward the copy ceiling;
 // - the token math is done per warp in f32 registers while the state loads are in flight:
 //   q, k, raw_g of the lane's 4 dims (scalar loads: any row stride, any raw_g strides), the sum
 //   of squares by a 5-step xor shuffle, exp(g) by expf / log1pf, beta by expf. Recomputing it in

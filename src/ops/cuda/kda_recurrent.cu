@@ -2,8 +2,8 @@
 // with per-position state columns. Kernel: kda_token_steps_kernel<T, true> in
 // kda_token_step.cuh, the same code as kda_packed_decode (DESIGN.md rule 4). Design note:
 //
-// - grid and registers as decode (kda_packed_decode.cu): one CTA of 8 warps per (sequence, head,
-//   tile of 32 state rows); a warp holds 4 state rows in registers (a float4 per lane each);
+// - grid and registers as decode (kda_packed_decode.cu): one CTA of 4 warps per (sequence, head,
+//   tile of 32 state rows); a warp holds 8 state rows in registers (a float4 per lane each);
 // - the state is read once, from slot table[n][num_accepted[n] - 1], and stays in registers
 //   across all T tokens; after token t the rows are stored to slot table[n][t] (skipped where
 //   that id is <= 0), so each column's state is written exactly once and nothing is re-read.

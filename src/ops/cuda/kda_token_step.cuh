@@ -30,9 +30,9 @@ namespace kestrel::ops::cuda::kda {
 
 inline constexpr int kK = 128;                    // key head dim this kernel is written for
 inline constexpr int kPerLane = kK / 32;          // key dims per lane: one float4
-inline constexpr int kRows = 4;                   // state rows per warp, all in flight at once
-inline constexpr int kWarps = 8;                  // warps per CTA
-inline constexpr int kThreads = kWarps * 32;      // 256
+inline constexpr int kRows = 8;                   // state rows per warp, all in flight at once
+inline constexpr int kWarps = 4;                  // warps per CTA (rows / warp and warps / CTA: 5 shapes measured, see kda_packed_decode.cu)
+inline constexpr int kThreads = kWarps * 32;      // 128
 inline constexpr int kTileV = kWarps * kRows;     // 32 state rows (v) per CTA: 4 CTAs per head at V = 128
 static_assert(kPerLane == 4, "a lane's key dims are one float4");
 

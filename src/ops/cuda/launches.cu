@@ -1,4 +1,9 @@
-// The launch counter (cuda_launches.h) and the post-launch check.
+// The launch counter (cuda_launches.h), the post-launch check, per-device settings and
+// stream-ordered scratch.
+#include <mutex>
+#include <set>
+#include <utility>
+
 #include "common.cuh"
 
 namespace kestrel::ops::cuda {
@@ -14,6 +19,40 @@ void note_launch(const char* kernel) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     throw Error(str("CUDA launch of ", kernel, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
+}
+
+void once_per_device(const void* tag, void (*set)()) {
+  static std::mutex mu;
+  static std::set<std::pair<int, const void*>> done;
+  int dev = 0;
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count({dev, tag}) != 0) return;
+  set();  // throws on failure, and then is tried again next time
+  done.insert({dev, tag});
+}
+
+namespace {
+void retain_pool_memory() {
+  int dev = 0;
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  cudaMemPool_t pool = nullptr;
+  KESTREL_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t keep = UINT64_MAX;
+  KESTREL_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+}
+const char kRetainPoolTag = 0;
+}  // namespace
+
+void* scratch_alloc(size_t bytes, cudaStream_t s) {
+  once_per_device(&kRetainPoolTag, retain_pool_memory);
+  void* p = nullptr;
+  KESTREL_CUDA_CHECK(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, s));
+  return p;
+}
+
+void scratch_free(void* p, cudaStream_t s) {
+  if (p != nullptr) KESTREL_CUDA_CHECK(cudaFreeAsync(p, s));
 }
 
 }  // namespace kestrel::ops::cuda

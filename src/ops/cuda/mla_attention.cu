@@ -1,5 +1,5 @@
 // mla_attention, CUDA (sm_90a): split-KV flash decoding for the absorbed MLA form, with
-// mma.sync bf16 tensor-core tiles. UNVERIFIED ON HARDWARE until the next scripts/gpu-check.
+// mma.sync bf16 tensor-core tiles. Verified on an H200 (docs/verification.md); speed: docs/perf.md.
 //
 // Work split. A sequence b has n queries and H heads: n * H query rows, row r = qi * H + h
 // (token q_start[b] + qi, head h). Rows are cut into tiles of kRows = 64; every row of a tile
@@ -11,7 +11,8 @@
 // splits, B), where row_tiles_plan covers ceil(Tq / B) queries; a CTA loops over row tiles
 // mt = blockIdx.x, + gridDim.x, ... so longer ragged sequences are still covered. With one
 // split the CTA writes o and lse directly; otherwise it writes a partial (o normalised, f32;
-// lse in base 2) to a workspace (cudaMallocAsync on the stream) and a combine kernel merges
+// lse in base 2) to a workspace (scratch_alloc: stream-ordered, from a pool that keeps its
+// memory) and a combine kernel merges
 // the splits: one CTA of 128 threads per (token, head), 4 output values per thread.
 //
 // The CTA (8 warps). Warp w owns row group rg = w & 3 (16 rows) and half hf = w >> 2. Per KV
@@ -562,8 +563,8 @@ int num_sms() {
 
 template <bool kFp8, bool kQFp8>
 void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
-  static std::once_flag once;  // one per instantiation
-  std::call_once(once, [] {
+  static const char tag = 0;  // one per instantiation
+  once_per_device(&tag, [] {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_kernel<kFp8, kQFp8>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(sizeof(Smem))));
   });
@@ -637,7 +638,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   void* ws = nullptr;
   if (splits > 1) {
     const size_t rows = static_cast<size_t>(Tq * H);
-    KESTREL_CUDA_CHECK(cudaMallocAsync(&ws, static_cast<size_t>(splits) * rows * (kDv + 1) * sizeof(float), s));
+    ws = scratch_alloc(static_cast<size_t>(splits) * rows * (kDv + 1) * sizeof(float), s);
     p.ws_o = static_cast<float*>(ws);
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
@@ -655,7 +656,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
     mla_attention_combine_kernel<<<static_cast<unsigned>(Tq * H), kCombineThreads, 0, s>>>(p);
     KESTREL_LAUNCHED("mla_attention_combine_kernel");
-    KESTREL_CUDA_CHECK(cudaFreeAsync(ws, s));
+    scratch_free(ws, s);
   }
 }
 

@@ -6,7 +6,7 @@
 //   5. scatter cache row loc[t]       <- [k_nope8[t] | k_pe8[t]] (slots outside are skipped and counted)
 // It is the fallback when the fused kernel's gate says no, and its reference: it takes any
 // strides and alignment. The temporaries come from the stream-ordered allocator
-// (cudaMallocAsync/cudaFreeAsync on the caller's stream), so the chain is legal inside a CUDA
+// (scratch_alloc / scratch_free: cudaMallocAsync on the caller's stream), so the chain is legal inside a CUDA
 // graph capture and never synchronises the device. Elementwise kernels see every tensor as
 // [n0, n1, n2] with element strides.
 #include <algorithm>
@@ -122,8 +122,7 @@ void mla_prepare_chain_fp8(const MlaPrepareFp8Args& a, Stream stream) {
   // One allocation for the three temporaries: q_cat (bf16) first, then k_nope8 and k_pe8.
   const size_t q_cat_bytes = static_cast<size_t>(T * H * mla::kRow) * 2;
   const size_t bytes = q_cat_bytes + static_cast<size_t>(T * mla::kRow);
-  void* scratch = nullptr;
-  KESTREL_CUDA_CHECK(cudaMallocAsync(&scratch, std::max<size_t>(bytes, 1), s));
+  void* scratch = scratch_alloc(bytes, s);
   uint16_t* q_cat = static_cast<uint16_t*>(scratch);
   uint8_t* k_nope8 = static_cast<uint8_t*>(scratch) + q_cat_bytes;
   uint8_t* k_pe8 = k_nope8 + T * mla::kNope;
@@ -167,7 +166,7 @@ void mla_prepare_chain_fp8(const MlaPrepareFp8Args& a, Stream stream) {
     cudaFreeAsync(scratch, s);
     throw;
   }
-  KESTREL_CUDA_CHECK(cudaFreeAsync(scratch, s));
+  scratch_free(scratch, s);
 }
 
 }  // namespace kestrel::ops::cuda
