@@ -13,6 +13,7 @@
 #include "kestrel/core/convert.h"
 #include "kestrel/core/tensor.h"
 #include "kestrel/ops/cuda_launches.h"
+#include "kestrel/ops/kda_chunk_prefill.h"
 #include "kestrel/ops/kda_conv1d_prefill.h"
 #include "kestrel/ops/kda_conv1d_update.h"
 #include "kestrel/ops/kda_packed_decode.h"
@@ -191,6 +192,54 @@ TEST_P(Kda, Bf16PoolDecodeIsF32DecodeRounded) {
     EXPECT_EQ(std::memcmp(v.data() + (1 + t) * slot_bytes, w.data() + slot_bytes, slot_bytes), 0) << "column " << t;
     const std::vector<uint8_t> ovb = download(ov), odb = download(od);
     EXPECT_EQ(std::memcmp(ovb.data() + t * H * V * 4, odb.data(), H * V * 4), 0) << "token " << t;
+  }
+}
+
+TEST_P(Kda, ChunkPrefillRunTwiceIsBitIdentical) {
+  // Deterministic (no atomics, no order-dependent sums), so two runs give the same bits; on CUDA
+  // it is two launches (the intra-chunk kernel, then the state kernel). Varlen with an empty live
+  // sequence, a padding one (slot 0, 130 tokens) and partial chunks, checkpoints, both gates.
+  const int64_t H = 2, K = 128, V = 128, slots = 7, cols = 2 * H * K + H * V;
+  const std::vector<int32_t> cu = {0, 1, 71, 71, 201, 265}, slot = {2, 5, 3, 0, 6}, init = {1, 0, 1, 1, 1};
+  const std::vector<int64_t> cuk = {0, 0, 1, 1, 3, 4};  // floor(len / 64) rows per live sequence
+  const int64_t T = cu.back(), N = 5, P = 4;
+  const auto qkv = random_f32(T * cols, 30, -1, 1), g = random_f32(T * H * K, 31, -4, 2),
+             beta = random_f32(T * H, 32, -3, 3), alog = random_f32(H, 33, -1, 1), dt = random_f32(H * K, 34, -1, 1),
+             pool = random_f32(slots * H * V * K, 35, -0.5f, 0.5f);
+  Tensor q = upload(qkv, {T, cols}, DType::f32, dev()), gt = upload(g, {T, H, K}, DType::f32, dev()),
+         bt = upload(beta, {T, H}, DType::f32, dev()), at = upload(alog, {H}, DType::f32, dev()),
+         dtt = upload(dt, {H * K}, DType::f32, dev()), cut = upload(cu, {N + 1}, DType::i32, dev()),
+         sl = upload(slot, {N}, DType::i32, dev()), in = upload(init, {N}, DType::i32, dev()),
+         ckt = upload(cuk, {N + 1}, DType::i64, dev());
+  for (const std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+    std::vector<uint8_t> first[3];
+    for (int run = 0; run < 2; ++run) {
+      Tensor pt = upload(pool, {slots, H, V, K}, DType::f32, dev());
+      Tensor out = Tensor::empty({T, H, V}, DType::f32, dev()), ck = Tensor::empty({P, H, V, K}, DType::f32, dev());
+      memcpy_bytes(ck.data(), dev(), std::vector<uint8_t>(static_cast<size_t>(ck.bytes()), 0).data(), Device::cpu,
+                   static_cast<size_t>(ck.bytes()));
+      ops::KdaChunkPrefillArgs a;
+      a.out = out;
+      a.state_pool = pt;
+      a.checkpoints = ck;
+      a.mixed_qkv = q;
+      a.raw_g = gt;
+      a.raw_beta = bt;
+      a.A_log = at;
+      a.dt_bias = dtt;
+      a.cu_seqlens = cut;
+      a.state_indices = sl;
+      a.has_initial_state = in;
+      a.cu_checkpoints = ckt;
+      a.lower_bound = lb;
+      EXPECT_EQ(launches(GetParam(), [&] { ops::kda_chunk_prefill(GetParam(), a); }), 2 * expected_launches());
+      device_sync();
+      const std::vector<uint8_t> got[3] = {download(out), download(pt), download(ck)};
+      for (int b = 0; b < 3; ++b) {
+        if (run == 0) first[b] = got[b];
+        else EXPECT_EQ(got[b], first[b]) << (lb ? "lb" : "softplus") << " buffer " << b;
+      }
+    }
   }
 }
 

@@ -1,0 +1,79 @@
+// kda_chunk_prefill, CUDA: what its two kernels share (kda_chunk_prefill.cu has the design note):
+// sizes, the params struct, the workspace layout between the intra-chunk kernel and the state
+// kernel, and the map from (sequence, chunk) to a workspace slot.
+#pragma once
+
+#include "kda_common.cuh"
+
+namespace kestrel::ops::cuda::kda_chunk {
+
+using kda::load_index;
+using kda::load_real;
+
+inline constexpr int kK = 128;        // key head dim the kernels are written for
+inline constexpr int kC = 64;         // chunk (docs/ops/kda.md)
+inline constexpr int kB = 16;         // rows per block of the chunk (the UT transform's blocks)
+inline constexpr int kTileV = 32;     // value columns per state-kernel CTA
+inline constexpr int kThreads = 256;  // 8 warps, both kernels
+inline constexpr int kLdK = kK + 4;   // padded shared row of 128 floats (bank conflicts)
+inline constexpr int kLdC = kC + 4;   // padded shared row of 64 floats
+static_assert(kC == 4 * kB && kThreads == 256 && kTileV == 32, "the thread maps assume these sizes");
+
+// Workspace of one (chunk slot, head), f32, every part contiguous and 16-byte aligned:
+//   qg  [64][128]  Qg = q_hat e^Gam               (O = Qg S)
+//   kg  [64][128]  Kg = k_hat e^Gam               (Vn = Tm (V - Kg S))
+//   kd  [64][128]  Kd = k_hat e^(Gam_last - Gam)  (S += Kd^T Vn)
+//   tm  [64][64]   Tm = (I + L)^-1 diag(beta), lower triangular
+//   aqk [64][64]   Aqk, lower triangular incl. the diagonal
+//   (tm and aqk hold their 16 x 16 blocks I >= J only; the blocks above, zero in value, are
+//   neither written nor read)
+//   dec [128]      e^Gam_last (the state's decay over the chunk)
+// Padded rows (C <= r < 64) are 0 in qg, kg, kd, and their rows and columns in tm are 0.
+inline constexpr int kWsQg = 0;
+inline constexpr int kWsKg = kWsQg + kC * kK;
+inline constexpr int kWsKd = kWsKg + kC * kK;
+inline constexpr int kWsTm = kWsKd + kC * kK;
+inline constexpr int kWsAqk = kWsTm + kC * kC;
+inline constexpr int kWsDec = kWsAqk + kC * kC;
+inline constexpr int kWsFloats = kWsDec + kK;  // 32,896 floats = 131,584 bytes
+static_assert(kWsFloats % 4 == 0, "16-byte aligned per (slot, head)");
+
+struct Params {
+  void* out;                 // [T, H, V] bf16 | f32 (dtype of qkv), any strides
+  float* pool;               // [slots, H, V, K] f32, slots 16-byte aligned
+  float* ckpt;               // [P, H, V, K] f32 or nullptr
+  float* ws;                 // [chunk slots, H, kWsFloats] f32 (the layout above)
+  const void* qkv;           // [T, >= 2HK + HV], channel stride 1
+  const void* raw_g;         // [T, H, K] bf16 | f32
+  const void* raw_beta;      // [T, H] bf16 | f32
+  const float* A_log;        // [H]
+  const float* dt_bias;      // [H * K]
+  const void* cu_seqlens;    // [N + 1] i32 | i64
+  const void* slots;         // [N] i32 | i64
+  const void* has_init;      // [N] i32 | i64, or nullptr (every sequence reads its slot)
+  const void* cu_ckpt;       // [N + 1] i32 | i64 with ckpt
+  int64_t out_s0, out_s1, out_s2, qkv_s0, g_s0, g_s1, g_s2, beta_s0, beta_s1, alog_s0, dt_s0;
+  int64_t pool_s0, ckpt_s0, cu_s0, slot_s0, init_s0, cuk_s0;
+  int64_t chunk_slots;       // N + T / 64: every f(n) + c below is < this
+  int N, H, V, tiles;
+  bool g_bf16, beta_bf16, cu64, slot64, init64, cuk64, has_lb;
+  float lb;
+};
+
+// Workspace slot of chunk c of sequence n: f(n) + c with f(n) = n + floor(cu[n] / 64). Known
+// from cu_seqlens alone (no prefix sum over chunk counts), capture-stable, and injective: the
+// last chunk of n, f(n) + ceil(len_n / 64) - 1, is below f(n + 1) = n + 1 + floor((cu[n] + len_n)
+// / 64), since ceil(len / 64) <= floor((r + len) / 64) + 1 for any r >= 0. Hence every slot is
+// below f(N) = N + floor(T / 64).
+__device__ __forceinline__ int64_t chunk_slot_base(const Params& p, int64_t n) {
+  return n + load_index(p.cu_seqlens, p.cu64, n * p.cu_s0) / kC;
+}
+
+__device__ __forceinline__ float* ws_at(const Params& p, int64_t chunk_slot, int h) {
+  return p.ws + (chunk_slot * p.H + h) * static_cast<int64_t>(kWsFloats);
+}
+
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ void st4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+
+}  // namespace kestrel::ops::cuda::kda_chunk
