@@ -82,6 +82,11 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
   return std::min({fill, by_len, kMlaAttentionMaxSplits});
 }
 
+MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor) {
+  if (requested != MlaAttentionKernel::automatic) return requested;
+  return cc_major == 9 && cc_minor == 0 ? MlaAttentionKernel::wgmma : MlaAttentionKernel::mma_sync;
+}
+
 Support mla_attention_supports(Backend b, const MlaAttentionArgs& a) {
   if (Support s = backend_available(b); !s) return s;
   return b == Backend::cpu ? Support::yes() : cuda::mla_attention_supports(a);

@@ -9,6 +9,15 @@
 
 namespace kestrel::ops {
 
+// Which CUDA kernel runs (the CPU backend ignores it). `automatic` follows the pure rule
+// mla_attention_cuda_kernel below; the other two force a kernel (tests cover both; a forced
+// kernel the device cannot run is NOT_SUPPORTED with the reason).
+enum class MlaAttentionKernel : uint8_t {
+  automatic,
+  mma_sync,  // v1: mma.sync m16n8k16, cp.async double buffer (src/ops/cuda/mla_attention.cu)
+  wgmma,     // v2: sm_90a WGMMA, producer warpgroup + mbarrier ring (mla_attention_sm90.cu)
+};
+
 struct MlaAttentionArgs {
   TensorView o;            // [Tq, H, 512] bf16, any strides
   TensorView lse;          // optional [Tq, H] f32, any strides: ln(sum_j exp(score_j)), natural log
@@ -25,6 +34,7 @@ struct MlaAttentionArgs {
   float q_scale = 1.0f;    // fp8 q: value = dec(byte) * q_scale (> 0, finite); bf16 q: must be 1.
                            // Both scales are folded into the QK product:
                            // score = (softmax_scale * kv_scale * q_scale) * sum_d dec(q_d) dec(k_d)
+  MlaAttentionKernel cuda_kernel = MlaAttentionKernel::automatic;  // CUDA only: see above
 };
 
 void mla_attention_check(const MlaAttentionArgs& a);
@@ -39,6 +49,12 @@ void mla_attention(Backend b, const MlaAttentionArgs& a, Stream stream = nullptr
 inline constexpr int64_t kMlaAttentionMinSplitKeys = 64;
 inline constexpr int64_t kMlaAttentionMaxSplits = 256;
 int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
+
+// The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
+// kernel stays as asked; `automatic` is the WGMMA kernel (v2) on compute capability 9.0 (the
+// sm_90a features it needs: wgmma, setmaxnreg, cp.async.bulk with mbarrier transactions) and
+// v1 elsewhere. v2 covers every call v1 supports (same limits), so there is no shape rule.
+MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor);
 
 namespace cpu {
 void mla_attention(const MlaAttentionArgs& a);

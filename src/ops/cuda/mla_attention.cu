@@ -75,10 +75,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "common.cuh"
 #include "cp_async.cuh"
 #include "kestrel/ops/mla_attention.h"
+#include "mla_attention_common.cuh"
 
 namespace kestrel::ops::cuda {
 
@@ -114,31 +116,7 @@ static_assert(sizeof(Smem) == 179456, "the design note states the shared-memory 
 constexpr int kStageLd = kDv + 8;
 static_assert(kRows * kStageLd * sizeof(float) <= sizeof(Smem::q) + sizeof(Smem::kv), "staging fits in q + kv");
 
-struct MlaAttentionParams {
-  const void* q;                 // [Tq, H, 576] bf16 bits | fp8 e4m3 bytes
-  int64_t q_s0, q_s1, q_s2;      // elements
-  const uint8_t* cache;          // [num_pages, page_size, 576] bf16 | fp8 bytes
-  int64_t page_bytes, row_bytes; // strides in bytes (multiples of 16)
-  const int32_t* block_table;    // [B, max_pages]
-  int64_t bt_s0, bt_s1;
-  const int32_t* seq_lens;       // [B]
-  int64_t sl_s0;
-  const int32_t* q_start;        // [B + 1]
-  int64_t qs_s0;
-  uint16_t* o;                   // [Tq, H, 512] bf16 bits
-  int64_t o_s0, o_s1, o_s2;
-  float* lse;                    // [Tq, H] natural log, or nullptr
-  int64_t lse_s0, lse_s1;
-  float* ws_o;                   // [splits, Tq * H, 512] normalised partial o (splits > 1)
-  float* ws_lse;                 // [splits, Tq * H] base-2 partial lse (splits > 1)
-  int64_t Tq;
-  int H, num_pages, page_size, max_pages, splits;
-  float scale_log2;              // softmax_scale * kv_scale * q_scale * log2(e), left to right in f32
-  float out_scale;               // kv_scale
-  bool q_vec, o_vec;             // vector q chunks (16 B bf16, 8 B fp8) / 16-byte o chunks allowed
-};
 
-constexpr float kLn2 = 0.693147180559945309f;
 constexpr float kLog2e = 1.442695040888963407f;
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
@@ -160,26 +138,8 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower 16 bits) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
-// Two e4m3 bytes (first in the low byte) -> two bf16 (first in the low half). Exact: every
-// e4m3 value, subnormals and NaN included, is a bf16 value (via f16, also exact).
-__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
-  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-  const float2 f = __half22float2(__half2(hr));
-  return pack_bf16(f.x, f.y);
-}
 
-// Cache row of KV position `pos` of sequence b: its bytes, or nullptr with `nan` set when the
-// block table names a page outside the cache.
-__device__ __forceinline__ const uint8_t* kv_row(const MlaAttentionParams& p, int b, int pos, bool& nan) {
-  const int64_t page = p.block_table[b * p.bt_s0 + (pos / p.page_size) * p.bt_s1];
-  nan = page < 0 || page >= p.num_pages;
-  return nan ? nullptr : p.cache + page * p.page_bytes + (pos % p.page_size) * p.row_bytes;
-}
 
 // KV tile at `tile_begin` (positions < kv_end are data, others zero) into `dst` [32][584] bf16.
 // Chunk c = tid + i * 256 is 8 elements: position c / 72, elements (c % 72) * 8 .. + 7.
@@ -241,36 +201,7 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, uint16_t* sq
     const int c = static_cast<int>(threadIdx.x) + i * kThreads;
     const int row = c / kChunks, col = (c % kChunks) * 8;
     const int r = r0 + row;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < rows_b) {
-      const int64_t at = static_cast<int64_t>(qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 +
-                         col * p.q_s2;  // elements
-      if constexpr (kQFp8) {
-        const uint8_t* src = static_cast<const uint8_t*>(p.q) + at;
-        uint2 w;  // bytes col .. col + 7, the first in the low byte of w.x
-        if (p.q_vec) {
-          w = __ldg(reinterpret_cast<const uint2*>(src));
-        } else {
-          uint32_t b[8];
-#pragma unroll
-          for (int k = 0; k < 8; ++k) b[k] = src[k * p.q_s2];
-          w = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
-        }
-        v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
-                       fp8x2_to_bf16x2(w.y >> 16));
-      } else {
-        const uint16_t* src = static_cast<const uint16_t*>(p.q) + at;
-        if (p.q_vec) {
-          v = __ldg(reinterpret_cast<const uint4*>(src));
-        } else {
-          uint32_t w[4];
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            w[k] = static_cast<uint32_t>(src[(2 * k) * p.q_s2]) | static_cast<uint32_t>(src[(2 * k + 1) * p.q_s2]) << 16;
-          v = make_uint4(w[0], w[1], w[2], w[3]);
-        }
-      }
-    }
+    const uint4 v = r < rows_b ? q_chunk<kQFp8>(p, qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
     *reinterpret_cast<uint4*>(sq + row * kLd + col) = v;
   }
 }
@@ -544,6 +475,14 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
 
 bool aligned(const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0; }
 
+std::pair<int, int> compute_capability() {
+  int dev = 0, major = 0, minor = 0;
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return {major, minor};
+}
+
 int num_sms() {
   int dev = 0, sms = 0;
   KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
@@ -580,6 +519,12 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
     return Support::no(str("max_pages * page_size = ", a.block_table.size(1) * a.cache.size(1), " exceeds 2^31 - 2^16"));
   if (a.q.size(0) * a.q.size(1) > INT32_MAX)
     return Support::no(str("Tq * H = ", a.q.size(0) * a.q.size(1), " exceeds int32"));
+  if (a.cuda_kernel == MlaAttentionKernel::wgmma) {
+    const auto [major, minor] = compute_capability();
+    if (!(major == 9 && minor == 0))
+      return Support::no(str("cuda_kernel: the wgmma kernel needs sm_90a (compute capability 9.0: wgmma, setmaxnreg, "
+                             "cp.async.bulk), this device is ", major, ".", minor));
+  }
   return Support::yes();
 }
 
@@ -633,7 +578,10 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
-  if (fp8 && q_fp8) {
+  const auto [cc_major, cc_minor] = compute_capability();
+  if (mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor) == MlaAttentionKernel::wgmma) {
+    launch_mla_attention_sm90(p, grid, fp8, q_fp8, s);
+  } else if (fp8 && q_fp8) {
     launch<true, true>(p, grid, s);
   } else if (fp8) {
     launch<true, false>(p, grid, s);

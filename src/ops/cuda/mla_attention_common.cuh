@@ -1,0 +1,102 @@
+// mla_attention, CUDA: what the two kernels (v1 mma.sync in mla_attention.cu, v2 WGMMA in
+// mla_attention_sm90.cu) share: the params struct, which the host fills in one place
+// (cuda::mla_attention), the workspace layout the combine kernel reads, and small device
+// helpers with exact conversions.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "common.cuh"
+
+namespace kestrel::ops::cuda {
+
+struct MlaAttentionParams {
+  const void* q;                 // [Tq, H, 576] bf16 bits | fp8 e4m3 bytes
+  int64_t q_s0, q_s1, q_s2;      // elements
+  const uint8_t* cache;          // [num_pages, page_size, 576] bf16 | fp8 bytes
+  int64_t page_bytes, row_bytes; // strides in bytes (multiples of 16)
+  const int32_t* block_table;    // [B, max_pages]
+  int64_t bt_s0, bt_s1;
+  const int32_t* seq_lens;       // [B]
+  int64_t sl_s0;
+  const int32_t* q_start;        // [B + 1]
+  int64_t qs_s0;
+  uint16_t* o;                   // [Tq, H, 512] bf16 bits
+  int64_t o_s0, o_s1, o_s2;
+  float* lse;                    // [Tq, H] natural log, or nullptr
+  int64_t lse_s0, lse_s1;
+  float* ws_o;                   // [splits, Tq * H, 512] normalised partial o (splits > 1)
+  float* ws_lse;                 // [splits, Tq * H] base-2 partial lse (splits > 1)
+  int64_t Tq;
+  int H, num_pages, page_size, max_pages, splits;
+  float scale_log2;              // softmax_scale * kv_scale * q_scale * log2(e), left to right in f32
+  float out_scale;               // kv_scale
+  bool q_vec, o_vec;             // vector q chunks (16 B bf16, 8 B fp8) / 16-byte o chunks allowed
+};
+
+constexpr float kLn2 = 0.693147180559945309f;
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower 16 bits) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Two e4m3 bytes (first in the low byte) -> two bf16 (first in the low half). Exact: every
+// e4m3 value, subnormals and NaN included, is a bf16 value (via f16, also exact).
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  const float2 f = __half22float2(__half2(hr));
+  return pack_bf16(f.x, f.y);
+}
+
+// Cache row of KV position `pos` of sequence b: its bytes, or nullptr with `nan` set when the
+// block table names a page outside the cache.
+__device__ __forceinline__ const uint8_t* kv_row(const MlaAttentionParams& p, int b, int pos, bool& nan) {
+  const int64_t page = p.block_table[b * p.bt_s0 + (pos / p.page_size) * p.bt_s1];
+  nan = page < 0 || page >= p.num_pages;
+  return nan ? nullptr : p.cache + page * p.page_bytes + (pos % p.page_size) * p.row_bytes;
+}
+
+// Values col .. col + 7 of query row r (token qb + r / H, head r % H) as 8 bf16 (16 bytes).
+// A bf16 q: one 16-byte load when p.q_vec, else 8 element loads. An fp8 q: one 8-byte load
+// (or 8 byte loads), dequantised in registers (exact); q_scale stays out (the softmax constant).
+template <bool kQFp8>
+__device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, int r, int col) {
+  uint4 v;
+  const int64_t at = static_cast<int64_t>(qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 +
+                     col * p.q_s2;  // elements
+  if constexpr (kQFp8) {
+    const uint8_t* src = static_cast<const uint8_t*>(p.q) + at;
+    uint2 w;  // bytes col .. col + 7, the first in the low byte of w.x
+    if (p.q_vec) {
+      w = __ldg(reinterpret_cast<const uint2*>(src));
+    } else {
+      uint32_t b[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) b[k] = src[k * p.q_s2];
+      w = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
+    }
+    v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                   fp8x2_to_bf16x2(w.y >> 16));
+  } else {
+    const uint16_t* src = static_cast<const uint16_t*>(p.q) + at;
+    if (p.q_vec) {
+      v = __ldg(reinterpret_cast<const uint4*>(src));
+    } else {
+      uint32_t w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        w[k] = static_cast<uint32_t>(src[(2 * k) * p.q_s2]) | static_cast<uint32_t>(src[(2 * k + 1) * p.q_s2]) << 16;
+      v = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+  return v;
+}
+
+// The WGMMA kernel (mla_attention_sm90.cu): same params, grid (row_tiles, splits, B), same
+// outputs (o and lse when splits == 1, else the workspace partials for the combine kernel).
+void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, cudaStream_t s);
+
+}  // namespace kestrel::ops::cuda

@@ -1,0 +1,609 @@
+// mla_attention, CUDA v2 (sm_90a): the Hopper kernel. WGMMA from shared memory, a producer
+// warpgroup streaming the paged KV into a shared-memory ring with mbarriers, online softmax in
+// registers. Same op, same plan (grid, split rule, workspace, combine kernel) and the same
+// semantics as v1 (mla_attention.cu), which stays the path for what v2 does not support (the
+// rule: mla_attention_cuda_kernel in src/ops/mla_attention.cpp; docs/ops/mla_attention.md).
+// NOT YET RUN ON HARDWARE: written and compiled without a GPU; the layouts are checked by the
+// host emulation tests/ops/mla_attention_sm90_layout_test.cpp.
+//
+// Work split. As v1: one CTA per (64-row query tile, KV split, sequence), rows r = qi * H + h,
+// a CTA loops over row tiles mt = blockIdx.x, + gridDim.x, ...; KV tiles of 32 positions.
+//
+// Warp roles (384 threads = 3 warpgroups; setmaxnreg moves registers to the consumers):
+//   WG0, producer (56 registers): warp 0 issues one 1-D cp.async.bulk per cache row into a
+//     staging slot (mbarrier complete_tx); all 128 threads then rewrite the staged rows into
+//     the 128-byte-swizzled bf16 KV tile that the WGMMA descriptors read (bf16: a copy; fp8:
+//     e4m3 -> bf16 dequantisation, exact), fill absent rows (zeros past the split / causal end,
+//     NaN for a page outside the cache), fence.proxy.async, and arrive on the tile's `full`.
+//   WG1, WG2, consumers c = 0, 1 (224 registers): both own all 64 rows. QK is split by
+//     features: consumer c computes the partial scores S_c[64 x 32] over features
+//     c*288 .. c*288+287 (18 wgmma m64n32k16, Q and K from shared memory). The two partials are
+//     exchanged through shared memory by thread index (the accumulator fragment of thread t
+//     holds the same (row, key) elements in both warpgroups) and each adds the other's:
+//     S_0 + S_1 == S_1 + S_0 exactly, so both warpgroups hold bit-identical scores and run the
+//     same online softmax (m, l, P) redundantly, with no further exchange. P goes straight from
+//     the score registers into the A fragment of the PV wgmma (the m64nNk16 D and A register
+//     layouts coincide after packing pairs to bf16x2), and consumer c accumulates
+//     O[64 x 256] for value columns c*256 .. (wgmma m64n256k16, V = the same KV tile read
+//     MN-major, 128 f32 registers).
+//
+// Why 1-D bulk copies and not a TMA tensor map: the cache is paged with any page size and any
+// 16-byte page / row strides, and a row may come from a page outside the cache (NaN) or lie
+// past the split (zeros); per-row copies handle all of that with no tensor map per cache and no
+// driver entry point, and the fp8 cache needs a pass through registers anyway (Hopper has no
+// bf16 x fp8 wgmma). The price is one extra shared-memory pass for a bf16 cache (the relayout
+// into the swizzled tile, 74 KB per tile); a TMA path for page_size % 32 == 0 bf16 caches
+// (hardware swizzle, no staging) is the obvious next step if the H200 shows it matters.
+//
+// P precision. P = exp2(s - m) in f32 is split as hi = bf16(p), lo = bf16(p - hi) and PV runs
+// twice (A = hi, then A = lo): |p - hi - lo| <= 2^-8 |p - hi| <= 2^-16 p, where plain bf16 P
+// would leave 2^-8 p per weight. The matrix tolerance for o is
+// kv_scale max|v| eps_f32 (4 A + 8 sqrt(L) + 64): ~1.2e-5 max|v| at L = 40, A = 41 (the CI
+// decode case); plain bf16 P errs by up to ~2^-8 max|v| = 3.9e-3 max|v| (~1e-3 typical with
+// few keys), 100x over, and 2 bf16 ulps of o cannot absorb it because |o| << max|v| after
+// averaging. So the split stays (same arithmetic as v1, same error); it costs PV tensor time
+// (3.28 M instead of 2.23 M MACs per tile) and the V reads twice.
+//
+// Shared memory (dynamic, from a 1024-byte-aligned base; 220,312 B with the alignment slack):
+//   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
+//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle
+//   raw    3 slots x 18,432             55,296  staged rows: 16 bf16 rows or 32 fp8 rows
+//   xs     [2 WG][4][128 thr] float4    16,384  partial-score exchange
+//   status [3 slots][32] u8, mbarriers full[2], empty[2], raw_full[3].
+// Every chunk starts on a 1024-byte boundary, so the descriptors use base offset 0. Layouts
+// (K-major SW128 for Q and K, MN-major SW128 for V, LBO 4096 / SBO 1024) and descriptor
+// arithmetic: mla_attention_sm90_layout.h.
+//
+// Barrier protocol (tile counter `ti` runs over every tile the CTA processes, across row
+// tiles; staged-chunk counter `q` likewise; parity = the phase being waited for):
+//   raw_full[q % 3]  count 1 + tx: warp-0 lane 0 arrive.expect_tx(bytes of the rows copied),
+//                    then the bulk copies complete_tx. Producer threads wait parity (q / 3) & 1.
+//                    A slot is refilled (chunk q + 3) only after producer bar.sync 4 (128),
+//                    i.e. after all 128 threads have read chunk q (and its status bytes).
+//   full[ti % 2]     count 128: every producer thread, after its relayout stores of tile ti and
+//                    fence.proxy.async (generic writes -> async proxy of wgmma), arrives once.
+//                    Consumers wait parity (ti / 2) & 1.
+//   empty[ti % 2]    count 8: every consumer warp (lane 0 after __syncwarp) arrives once per
+//                    tile, after wgmma.wait_group shows the PV of that tile done (its last
+//                    reader: PV_ti is retired by wait_group 1 in tile ti + 1, after QK_ti+1 is
+//                    issued, or by wait_group 0 at the end of the row tile). The producer waits
+//                    parity ((ti / 2) & 1) ^ 1 before filling tile ti (passes at once for the
+//                    first use of each stage: the barrier's phase -1 counts as complete).
+//   Each stage alternates full (producer -> consumers) and empty (consumers -> producer); a
+//   side can be at most one phase ahead, so the parity never aliases.
+//   xs exchange      bar.sync 1 (256 consumers) before writing S_c of tile ti: every consumer
+//                    has read the other's partial of tile ti - 1; bar.sync 2 (256) after
+//                    writing: both partials are there.
+//   Q                bar.sync 3 (256) at a row tile's start: every QK of the previous row tile
+//                    is retired (wait_group 0 before the epilogue) in both warpgroups; Q is
+//                    written, fence.proxy.async, bar.sync 3 again.
+//   wgmma registers  the accumulators are touched only after wait_group retires the wgmma
+//                    writing them (operand fences keep the compiler from moving the accesses).
+//
+// Predicted times (H200: 4.23 TB/s copy, 132 SMs at ~1.83 GHz, gemm 819 TFLOP/s = ~1,700 bf16
+// MACs / clock / SM, shared memory 128 B / clock / SM). Per 32-key tile and CTA: tensor
+// 3.28 M MACs = ~1,930 clk (60 clk / key); shared-memory traffic (bulk writes, relayout, Q 74 KB,
+// K 37 KB, V 2 x 32 KB, exchange 33 KB) ~319 KB bf16 / ~283 KB fp8 = 78 / 69 clk / key; HBM
+// share per SM 66 clk / key bf16, 33 fp8. So v2 is shared-memory bound first:
+//   B128 8k H32 (128 CTAs, 1 split): bf16 ~350-400 us (v1 1322, FlashMLA 292),
+//     fp8 ~310-360 us (v1 1461);
+//   B1 1k H32 (16 splits of 64 keys + combine): ~10-12 us (v1 24.8), latency-bound;
+//   B128 8k H128 (256 CTAs, 2 waves): bf16 ~650-750 us (v1 2801, FlashMLA 472).
+// The next steps these numbers point at: Q as a register A operand (-74 KB smem per tile),
+// TMA with hardware swizzle for bf16, 64-key tiles once the ring fits.
+#include <cuda_fp8.h>
+
+#include <algorithm>
+
+#include "common.cuh"
+#include "cp_async.cuh"
+#include "kestrel/ops/mla_attention.h"
+#include "mla_attention_common.cuh"
+#include "mla_attention_sm90_layout.h"
+
+namespace kestrel::ops::cuda {
+
+namespace {
+
+using namespace sm90;
+
+constexpr int kThreads = 384;          // producer WG + 2 consumer WGs
+constexpr int kStages = 2;             // KV tiles in the ring
+constexpr int kRawSlots = 3;           // staging slots of 18,432 B
+constexpr int kRawSlotBytes = 18432;   // 16 bf16 rows or 32 fp8 rows
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
+
+// Shared-memory map, offsets from the 1024-aligned base.
+constexpr uint32_t kOffQ = 0;
+constexpr uint32_t kOffKv = kOffQ + kQBytes;
+constexpr uint32_t kOffRaw = kOffKv + kStages * kKvBytes;
+constexpr uint32_t kOffXs = kOffRaw + kRawSlots * kRawSlotBytes;
+constexpr uint32_t kXsBytes = 2 * 16 * 128 * 4;
+constexpr uint32_t kOffStatus = kOffXs + kXsBytes;
+constexpr uint32_t kOffBar = kOffStatus + kRawSlots * 32;
+constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages, kBarRaw = kOffBar + 16 * kStages;
+constexpr uint32_t kSmemUsed = kBarRaw + 8 * kRawSlots;
+constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
+static_assert(kOffKv % 1024 == 0 && kKvBytes % 1024 == 0 && kOffRaw % 16 == 0 && kOffXs % 16 == 0 && kOffBar % 8 == 0);
+static_assert(kSmemBytes == 220312 && kSmemBytes <= 232448, "the design note states the shared-memory size");
+
+// Named barriers (0 is __syncthreads).
+constexpr int kBarXsFree = 1, kBarXsFull = 2, kBarQ = 3, kBarProducer = 4;
+
+// ---- PTX wrappers ------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Waits until the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// One contiguous global -> shared copy of `bytes` (a multiple of 16; both addresses 16-byte
+// aligned), completing as transaction bytes on `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// Generic-proxy shared-memory writes of this thread become visible to the async proxy (wgmma).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// An opaque copy: values derived from it inside a loop are computed there, not hoisted out and
+// kept live (the 36 Q / K descriptors of a tile would otherwise pin 72 registers).
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+// Keeps the compiler from moving accesses to wgmma registers across a fence / wait.
+template <int kN> __device__ __forceinline__ void fence_operands(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int kN> __device__ __forceinline__ void fence_operands(uint32_t (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// S[64 x 32] (+)= A[64 x 16] B[16 x 32]: A = Q, B = K (both K-major in shared memory),
+// f32 accumulators (16 per thread); scale_d == 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// O[64 x 256] += A[64 x 16] B[16 x 256]: A = P from registers (4 x bf16x2 per thread), B = V
+// MN-major in shared memory (imm-trans-b = 1), f32 accumulators (128 per thread).
+__device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+}
+
+// The KV range of one (sequence, split) and, per row tile, the keys its rows attend (as v1).
+struct SeqPlan {
+  int qb, n, L, rows_b, row_tiles, begin, end;
+  bool bad_len;
+};
+struct TilePlan {
+  int r0, rows_here, kv_end, ntiles;
+};
+__device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const SeqPlan& s, int mt) {
+  TilePlan t;
+  t.r0 = mt * kRows;
+  t.rows_here = min(kRows, s.rows_b - t.r0);
+  t.kv_end = min(s.end, s.L - s.n + (t.r0 + t.rows_here - 1) / p.H + 1);  // the last row's limit
+  t.ntiles = t.kv_end > s.begin ? (t.kv_end - s.begin + kKeys - 1) / kKeys : 0;
+  return t;
+}
+
+// ---- producer warpgroup ------------------------------------------------------------------------
+template <bool kFp8>
+struct Staging {
+  static constexpr int kRowBytes = kFp8 ? kDqk : 2 * kDqk;  // 576 or 1,152 bytes per cache row
+  static constexpr int kRowsPerChunk = kRawSlotBytes / kRowBytes;  // 32 or 16
+  static constexpr int kChunksPerTile = kKeys / kRowsPerChunk;     // 1 or 2
+  static_assert(kRowsPerChunk * kRowBytes == kRawSlotBytes && kKeys % kRowsPerChunk == 0 && kRowsPerChunk <= 32);
+};
+
+enum : uint8_t { kRowZero = 0, kRowCopy = 1, kRowNan = 2 };
+
+// Warp 0 of the producer: stages chunk i of the row tile (staged-chunk counter q) into slot
+// q % 3: lane r < rows-per-chunk owns KV position pos0 + r, records its status, and copies its
+// row when it holds data; lane 0 announces the bytes on raw_full first.
+template <bool kFp8>
+__device__ __forceinline__ void stage_chunk(const MlaAttentionParams& p, int b, const SeqPlan& s, const TilePlan& tp,
+                                            uint32_t base, uint8_t* base_ptr, int i, uint32_t q, int lane) {
+  using St = Staging<kFp8>;
+  const int slot = static_cast<int>(q % kRawSlots);
+  const int pos = s.begin + (i / St::kChunksPerTile) * kKeys + (i % St::kChunksPerTile) * St::kRowsPerChunk + lane;
+  uint8_t status = kRowZero;
+  const uint8_t* row = nullptr;
+  if (lane < St::kRowsPerChunk && pos < tp.kv_end) {
+    bool nan = false;
+    row = kv_row(p, b, pos, nan);
+    status = nan ? kRowNan : kRowCopy;
+  }
+  if (lane < St::kRowsPerChunk) base_ptr[kOffStatus + slot * 32 + lane] = status;
+  const unsigned copies = __ballot_sync(0xffffffffu, status == kRowCopy);
+  __syncwarp();  // status bytes before lane 0's arrive (release), which the readers acquire
+  const uint32_t bar = base + kBarRaw + 8 * slot;
+  if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(copies)) * St::kRowBytes);
+  __syncwarp();  // the expected bytes are announced before any copy can complete
+  if (status == kRowCopy)
+    bulk_copy_g2s(base + kOffRaw + slot * kRawSlotBytes + lane * St::kRowBytes, row, St::kRowBytes, bar);
+}
+
+// All 128 producer threads: staged chunk in `slot` -> rows kr0 .. of the swizzled bf16 tile.
+template <bool kFp8>
+__device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint8_t* tile, int kr0, int wt) {
+  using St = Staging<kFp8>;
+  const uint8_t* raw = base_ptr + kOffRaw + slot * kRawSlotBytes;
+  const uint8_t* status = base_ptr + kOffStatus + slot * 32;
+  constexpr int kPieces = St::kRowsPerChunk * (kDqk / 8);  // 8 values each
+  static_assert(kPieces % 128 == 0);
+#pragma unroll 3
+  for (int u = 0; u < kPieces / 128; ++u) {
+    const int idx = wt + u * 128;
+    const int r = idx / (kDqk / 8), c8 = idx % (kDqk / 8);
+    const uint8_t st = status[r];
+    uint4 v;
+    if (st == kRowCopy) {
+      if constexpr (kFp8) {
+        const uint2 w = *reinterpret_cast<const uint2*>(raw + r * St::kRowBytes + c8 * 8);
+        v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                       fp8x2_to_bf16x2(w.y >> 16));
+      } else {
+        v = *reinterpret_cast<const uint4*>(raw + r * St::kRowBytes + c8 * 16);
+      }
+    } else {
+      const uint32_t fill = st == kRowNan ? 0x7fc07fc0u : 0u;  // bf16 NaN, or zeros
+      v = make_uint4(fill, fill, fill, fill);
+    }
+    *reinterpret_cast<uint4*>(tile + sw128_offset(kKeys, kr0 + r, c8 * 8)) = v;
+  }
+}
+
+template <bool kFp8>
+__device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
+                                         uint8_t* base_ptr, int wt) {
+  using St = Staging<kFp8>;
+  uint32_t q_run = 0, ti_run = 0;  // chunks staged / tiles filled so far (over row tiles)
+  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+    const TilePlan tp = tile_plan(p, s, mt);
+    if (tp.ntiles <= 0) continue;
+    const int nchunks = tp.ntiles * St::kChunksPerTile;
+    if (wt < 32)
+      for (int i = 0; i < min(kRawSlots, nchunks); ++i) stage_chunk<kFp8>(p, b, s, tp, base, base_ptr, i, q_run + i, wt);
+    for (int i = 0; i < nchunks; ++i) {
+      const uint32_t q = q_run + i, ti = ti_run + i / St::kChunksPerTile;
+      const int slot = static_cast<int>(q % kRawSlots), st = static_cast<int>(ti % kStages);
+      if (i % St::kChunksPerTile == 0) mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+      mbar_wait(base + kBarRaw + 8 * slot, (q / kRawSlots) & 1);
+      relayout_chunk<kFp8>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
+                           wt);
+      named_bar_sync(kBarProducer, 128);  // every thread is done with the slot and its status bytes
+      if (wt < 32 && i + kRawSlots < nchunks)
+        stage_chunk<kFp8>(p, b, s, tp, base, base_ptr, i + kRawSlots, q + kRawSlots, wt);
+      if (i % St::kChunksPerTile == St::kChunksPerTile - 1) {
+        fence_proxy_async();
+        mbar_arrive(base + kBarFull + 8 * st);
+      }
+    }
+    q_run += nchunks;
+    ti_run += tp.ntiles;
+  }
+}
+
+// ---- consumer warpgroups -------------------------------------------------------------------------
+// Consumer c (0, 1), thread t of its warpgroup: score register i <-> (row frag_d_row(t, i),
+// key frag_d_col(t, i)); output register i <-> (row frag_d_row(t, i), column c*256 +
+// frag_d_col(t, i)).
+template <bool kQFp8>
+__device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
+                                         uint8_t* base_ptr, int c, int t) {
+  const int lane = t % 32, tq = t % 4;
+  const int row0 = frag_d_row(t, 0);  // this thread's rows: row0 and row0 + 8
+  float4* xs_mine = reinterpret_cast<float4*>(base_ptr + kOffXs) + c * (4 * 128);
+  const float4* xs_other = reinterpret_cast<const float4*>(base_ptr + kOffXs) + (c ^ 1) * (4 * 128);
+  uint32_t ti_run = 0;
+  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+    const TilePlan tp = tile_plan(p, s, mt);
+    int lim[2];  // causal limit (keys < lim) of rows row0, row0 + 8; 0 for padded rows
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = tp.r0 + row0 + 8 * h;
+      lim[h] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
+    }
+    named_bar_sync(kBarQ, 256);  // both warpgroups retired every wgmma reading the previous Q
+    if (tp.ntiles > 0) {
+      const int ct = static_cast<int>(opaque(static_cast<uint32_t>(t + 128 * c)));  // no hoisted offsets
+#pragma unroll 6
+      for (int u = 0; u < kRows * (kDqk / 8) / 256; ++u) {
+        const int idx = ct + u * 256;
+        const int row = idx / (kDqk / 8), col = (idx % (kDqk / 8)) * 8;
+        const int r = tp.r0 + row;
+        const uint4 v = r < s.rows_b ? q_chunk<kQFp8>(p, s.qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kRows, row, col)) = v;
+      }
+      fence_proxy_async();
+      named_bar_sync(kBarQ, 256);
+    }
+
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    uint32_t a_hi[2][4], a_lo[2][4];
+
+    for (int j = 0; j < tp.ntiles; ++j) {
+      const uint32_t ti = ti_run + j;
+      const int st = static_cast<int>(ti % kStages);
+      const uint32_t kv = opaque(base + kOffKv + st * kKvBytes), q_smem = opaque(base + kOffQ);
+      const int tile_begin = s.begin + j * kKeys;
+      mbar_wait(base + kBarFull + 8 * st, (ti / kStages) & 1);
+
+      float sc[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kQkStepsPerWg; ++kk) {
+        const int step = c * kQkStepsPerWg + kk;
+        wgmma_m64n32k16_ss(sc, q_desc(q_smem, step), k_desc(kv, step), kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      if (j > 0) {
+        wgmma_wait<1>();  // the PV of tile ti - 1 is retired: release its stage
+        fence_operands(o);
+        fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((ti - 1) % kStages));
+      }
+      wgmma_wait<0>();
+      fence_operands(sc);
+      fence_operands(o);
+
+      // Exchange the partial scores: S = S_c + S_(c^1), the same bits in both warpgroups.
+      named_bar_sync(kBarXsFree, 256);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) xs_mine[k * 128 + t] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
+      named_bar_sync(kBarXsFull, 256);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4 v = xs_other[k * 128 + t];
+        sc[4 * k] += v.x;
+        sc[4 * k + 1] += v.y;
+        sc[4 * k + 2] += v.z;
+        sc[4 * k + 3] += v.w;
+      }
+
+      // Online softmax in base 2 (as v1): masked keys -inf; m_use = 0 while nothing is attended.
+      float mx[2] = {-INFINITY, -INFINITY};
+      const int key0 = tile_begin + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int h = (i >> 1) & 1;
+        const int key = key0 + frag_d_col(0, i);  // frag_d_col(t, i) = frag_d_col(t, 0) + frag_d_col(0, i)
+        const bool ok = key < tp.kv_end && key < lim[h];
+        sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
+        mx[h] = fmaxf(mx[h], sc[i]);
+      }
+      float alpha[2], m_use[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float m_new = fmaxf(m[h], mx[h]);
+        m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
+        alpha[h] = exp2f(m[h] - m_use[h]);  // 0 while nothing was attended
+        m[h] = m_new;
+        l[h] *= alpha[h];
+      }
+#pragma unroll
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int h = (i >> 1) & 1;
+        sc[i] = exp2f(sc[i] - m_use[h]);
+        l[h] += sc[i];
+      }
+      // P -> A fragments of the two PV k-steps: registers (8 ks + 2 e, 8 ks + 2 e + 1) -> .b32 e
+      // (p_reg_of), as hi = bf16(p) and lo = bf16(p - hi).
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p0 = sc[p_reg_of(ks, 2 * e)], p1 = sc[p_reg_of(ks, 2 * e + 1)];
+          const uint32_t hi = pack_bf16(p0, p1);
+          a_hi[ks][e] = hi;
+          a_lo[ks][e] = pack_bf16(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
+        }
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kv, c, ks));
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kv, c, ks));
+      wgmma_commit();
+    }
+    wgmma_wait<0>();  // (nothing pending when the row tile had no KV tile)
+    fence_operands(o);
+    if (tp.ntiles > 0) {
+      fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((ti_run + tp.ntiles - 1) % kStages));
+    }
+    ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
+
+    // Epilogue: row sums over the quad (both warpgroups hold the same l), normalise, write.
+    const int col0 = c * kVColsPerWg + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int local = row0 + 8 * h;
+      if (local >= tp.rows_here) continue;
+      float scale, lse2;
+      if (s.bad_len) {
+        scale = lse2 = NAN;
+      } else if (l[h] > 0.0f || l[h] != l[h]) {
+        scale = p.out_scale / l[h];
+        lse2 = m[h] + log2f(l[h]);
+      } else {  // nothing attended
+        scale = 0.0f;
+        lse2 = -INFINITY;
+      }
+      const int r = tp.r0 + local;
+      if (p.splits == 1) {
+        uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+          const int i = 4 * k + 2 * h, d = col0 + frag_d_col(0, i);
+          const uint32_t v = pack_bf16(o[i] * scale, o[i + 1] * scale);
+          if (p.o_vec) {
+            *reinterpret_cast<uint32_t*>(orow + d) = v;
+          } else {
+            orow[d * p.o_s2] = static_cast<uint16_t>(v & 0xffffu);
+            orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(v >> 16);
+          }
+        }
+        if (p.lse && c == 0 && tq == 0)
+          p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
+      } else {
+        const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+          const int i = 4 * k + 2 * h, d = col0 + frag_d_col(0, i);
+          *reinterpret_cast<float2*>(p.ws_o + grow * kDv + d) = make_float2(o[i] * scale, o[i + 1] * scale);
+        }
+        if (c == 0 && tq == 0) p.ws_lse[grow] = lse2;
+      }
+    }
+  }
+}
+
+// kFp8: the cache is fp8 (else bf16); kQFp8: the query is fp8 (else bf16).
+template <bool kFp8, bool kQFp8>
+__global__ void __launch_bounds__(kThreads, 1) mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* base_ptr = smem_raw + (base - raw_addr);
+  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, wt = tid % 128;
+  const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
+
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbar_init(base + kBarFull + 8 * st, 128);  // every producer thread
+      mbar_init(base + kBarEmpty + 8 * st, 8);   // every consumer warp
+    }
+    for (int r = 0; r < kRawSlots; ++r) mbar_init(base + kBarRaw + 8 * r, 1);  // + transaction bytes
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Sequence metadata, exactly as v1: bad offsets leave the rows unwritten, a bad length
+  // writes NaN rows. Uniform over the CTA.
+  SeqPlan s;
+  s.qb = p.q_start[b * p.qs_s0];
+  const int qe = p.q_start[(b + 1) * p.qs_s0];
+  if (s.qb < 0 || qe < s.qb || qe > p.Tq) return;
+  s.n = qe - s.qb;
+  s.L = p.seq_lens[b * p.sl_s0];
+  s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
+  s.rows_b = s.n * p.H;
+  s.row_tiles = (s.rows_b + kRows - 1) / kRows;
+  const int chunk = s.bad_len ? 0 : ((s.L + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
+  s.begin = split * chunk;
+  s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
+
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    producer<kFp8>(p, b, s, base, base_ptr, wt);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    consumer<kQFp8>(p, s, split, base, base_ptr, wg - 1, wt);
+  }
+}
+
+template <bool kFp8, bool kQFp8>
+void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
+  static const char tag = 0;  // one per instantiation
+  once_per_device(&tag, [] {
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_sm90_kernel<kFp8, kQFp8>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
+  });
+  mla_attention_sm90_kernel<kFp8, kQFp8><<<grid, kThreads, kSmemBytes, s>>>(p);
+  KESTREL_LAUNCHED(kFp8 ? (kQFp8 ? "mla_attention_sm90_kernel<fp8 cache, fp8 q>" : "mla_attention_sm90_kernel<fp8 cache, bf16 q>")
+                        : (kQFp8 ? "mla_attention_sm90_kernel<bf16 cache, fp8 q>" : "mla_attention_sm90_kernel<bf16 cache, bf16 q>"));
+}
+
+}  // namespace
+
+void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, cudaStream_t s) {
+  if (fp8_cache && fp8_q) {
+    launch<true, true>(p, grid, s);
+  } else if (fp8_cache) {
+    launch<true, false>(p, grid, s);
+  } else if (fp8_q) {
+    launch<false, true>(p, grid, s);
+  } else {
+    launch<false, false>(p, grid, s);
+  }
+}
+
+}  // namespace kestrel::ops::cuda
