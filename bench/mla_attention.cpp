@@ -24,62 +24,74 @@ void add_mla_attention_benches(Registry& r) {
   // (cache, q): an fp8 q only with the fp8 cache, the engine's fp8-cache path.
   const std::pair<DType, DType> dtypes[] = {
       {DType::bf16, DType::bf16}, {DType::fp8_e4m3, DType::bf16}, {DType::fp8_e4m3, DType::fp8_e4m3}};
+  // One case; `kernel` forces a CUDA kernel ("mla_attention_v1/..." for v1, mma.sync, to compare
+  // with the automatic choice, the WGMMA kernel on an H200).
+  auto add = [&r](DType dt, DType q_dt, int64_t H, int64_t q_len, int64_t B, int64_t ctx,
+                  ops::MlaAttentionKernel kernel) {
+    const bool fp8_q = q_dt == DType::fp8_e4m3;
+    const int64_t Tq = B * q_len, max_pages = (ctx + kPage - 1) / kPage;
+    const int64_t num_pages = 1 + B * max_pages;  // page 0 is the sink
+    Case c;
+    c.name = str(kernel == ops::MlaAttentionKernel::mma_sync ? "mla_attention_v1/" : "mla_attention/",
+                 q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
+                 fp8_q ? "-qfp8" : "");
+    c.buffers = {{"o", DType::bf16, {Tq, H, ops::kMlaNope}},
+                 {"lse", DType::f32, {Tq, H}},
+                 {"q", q_dt, {Tq, H, ops::kMlaRow}},
+                 {"cache", dt, {num_pages, kPage, ops::kMlaRow}},
+                 // Random live pages: non-contiguous like a real pool (repeats are harmless).
+                 {"block_table", DType::i32, {B, max_pages}, Fill::ints(1, num_pages - 1)},
+                 {"seq_lens", DType::i32, {B}, Fill::ints(ctx, ctx)},
+                 // Cumulative offsets cannot come from a random fill: written on first use.
+                 {"q_start", DType::i32, {B + 1}, Fill::ints(0, 0)}};
+    const double keys = static_cast<double>(B) * (q_len * ctx - q_len * (q_len - 1) / 2);
+    c.bytes = static_cast<double>(B) * ctx * ops::kMlaRow * static_cast<double>(dtype_size(dt)) +
+              tensor_bytes(q_dt, {Tq, H, ops::kMlaRow}) + tensor_bytes(DType::bf16, {Tq, H, ops::kMlaNope});
+    c.flops = 2.0 * static_cast<double>(H) * (ops::kMlaRow + ops::kMlaNope) * keys;
+    // The harness runs every rotation set once before timing (no capture yet), so the
+    // offsets are in place before any timed or captured launch.
+    auto ready = std::make_shared<std::set<void*>>();
+    c.run = [ready, B, q_len, dt, fp8_q, kernel](const std::vector<TensorView>& b, Stream s) {
+      if (ready->insert(b[6].data).second) {
+        std::vector<int32_t> starts(static_cast<size_t>(B + 1));
+        for (int64_t i = 0; i <= B; ++i) starts[i] = static_cast<int32_t>(i * q_len);
+        device_sync();  // the fills run on the device before this copy replaces them
+        memcpy_bytes(b[6].data, Device::cuda, starts.data(), Device::cpu, starts.size() * sizeof(int32_t));
+      }
+      ops::MlaAttentionArgs a;
+      a.o = b[0];
+      a.lse = b[1];
+      a.q = b[2];
+      a.cache = b[3];
+      a.block_table = b[4];
+      a.seq_lens = b[5];
+      a.q_start = b[6];
+      a.softmax_scale = 0.0721687836f;  // 192^-0.5 (Kimi MLA)
+      a.kv_scale = dt == DType::fp8_e4m3 ? 0.5f : 1.0f;
+      a.q_scale = fp8_q ? 0.75f : 1.0f;
+      a.cuda_kernel = kernel;
+      ops::mla_attention(ops::Backend::cuda, a, s);
+    };
+    r.add(std::move(c));
+  };
   for (const auto& dtype_pair : dtypes) {
     const DType dt = dtype_pair.first, q_dt = dtype_pair.second;
-    for (const int64_t H : {32, 128}) {
-      for (const int64_t q_len : {1, 2, 4, 8}) {
-        for (const int64_t B : {1, 8, 32, 128}) {
+    for (const int64_t H : {32, 128})
+      for (const int64_t q_len : {1, 2, 4, 8})
+        for (const int64_t B : {1, 8, 32, 128})
           for (const int64_t ctx : {1024, 8192, 32768}) {
-            const bool fp8_q = q_dt == DType::fp8_e4m3;
             // fp8 q: a subset (decode and verify 4, B 8 and 128, 8k), enough to compare.
-            if (fp8_q && ((q_len != 1 && q_len != 4) || (B != 8 && B != 128) || ctx != 8192)) continue;
-            const int64_t Tq = B * q_len, max_pages = (ctx + kPage - 1) / kPage;
-            const int64_t num_pages = 1 + B * max_pages;  // page 0 is the sink
-            Case c;
-            c.name = str("mla_attention/", q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H,
-                         "-", dtype_name(dt), fp8_q ? "-qfp8" : "");
-            c.buffers = {{"o", DType::bf16, {Tq, H, ops::kMlaNope}},
-                         {"lse", DType::f32, {Tq, H}},
-                         {"q", q_dt, {Tq, H, ops::kMlaRow}},
-                         {"cache", dt, {num_pages, kPage, ops::kMlaRow}},
-                         // Random live pages: non-contiguous like a real pool (repeats are harmless).
-                         {"block_table", DType::i32, {B, max_pages}, Fill::ints(1, num_pages - 1)},
-                         {"seq_lens", DType::i32, {B}, Fill::ints(ctx, ctx)},
-                         // Cumulative offsets cannot come from a random fill: written on first use.
-                         {"q_start", DType::i32, {B + 1}, Fill::ints(0, 0)}};
-            const double keys = static_cast<double>(B) * (q_len * ctx - q_len * (q_len - 1) / 2);
-            c.bytes = static_cast<double>(B) * ctx * ops::kMlaRow * static_cast<double>(dtype_size(dt)) +
-                      tensor_bytes(q_dt, {Tq, H, ops::kMlaRow}) + tensor_bytes(DType::bf16, {Tq, H, ops::kMlaNope});
-            c.flops = 2.0 * static_cast<double>(H) * (ops::kMlaRow + ops::kMlaNope) * keys;
-            // The harness runs every rotation set once before timing (no capture yet), so the
-            // offsets are in place before any timed or captured launch.
-            auto ready = std::make_shared<std::set<void*>>();
-            c.run = [ready, B, q_len, dt, fp8_q](const std::vector<TensorView>& b, Stream s) {
-              if (ready->insert(b[6].data).second) {
-                std::vector<int32_t> starts(static_cast<size_t>(B + 1));
-                for (int64_t i = 0; i <= B; ++i) starts[i] = static_cast<int32_t>(i * q_len);
-                device_sync();  // the fills run on the device before this copy replaces them
-                memcpy_bytes(b[6].data, Device::cuda, starts.data(), Device::cpu, starts.size() * sizeof(int32_t));
-              }
-              ops::MlaAttentionArgs a;
-              a.o = b[0];
-              a.lse = b[1];
-              a.q = b[2];
-              a.cache = b[3];
-              a.block_table = b[4];
-              a.seq_lens = b[5];
-              a.q_start = b[6];
-              a.softmax_scale = 0.0721687836f;  // 192^-0.5 (Kimi MLA)
-              a.kv_scale = dt == DType::fp8_e4m3 ? 0.5f : 1.0f;
-              a.q_scale = fp8_q ? 0.75f : 1.0f;
-              ops::mla_attention(ops::Backend::cuda, a, s);
-            };
-            r.add(std::move(c));
+            if (q_dt == DType::fp8_e4m3 && ((q_len != 1 && q_len != 4) || (B != 8 && B != 128) || ctx != 8192)) continue;
+            add(dt, q_dt, H, q_len, B, ctx, ops::MlaAttentionKernel::automatic);
           }
-        }
-      }
-    }
   }
+  // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
+  for (const DType dt : {DType::bf16, DType::fp8_e4m3})
+    for (const int64_t H : {32, 128}) {
+      add(dt, DType::bf16, H, 1, 1, 1024, ops::MlaAttentionKernel::mma_sync);
+      add(dt, DType::bf16, H, 1, 128, 8192, ops::MlaAttentionKernel::mma_sync);
+      add(dt, DType::bf16, H, 4, 128, 8192, ops::MlaAttentionKernel::mma_sync);
+    }
 }
 
 }  // namespace kestrel::bench

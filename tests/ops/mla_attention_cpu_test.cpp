@@ -81,6 +81,19 @@ Problem make(int64_t H, int64_t n, int64_t L, uint64_t seed) {
   return p;
 }
 
+// The CUDA kernel rule (pure, docs/ops/mla_attention.md): automatic is the WGMMA kernel on
+// compute capability 9.0 only; a forced kernel stays forced (supports() then says whether the
+// device can run it).
+TEST(MlaAttentionRule, CudaKernelChoice) {
+  using K = MlaAttentionKernel;
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 10, 0), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 12, 0), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6), K::wgmma);
+}
+
 TEST(MlaAttentionCpu, OneKeyGivesItsValueAndScore) {
   Problem p = make(3, 1, 1, 1);
   mla_attention(Backend::cpu, p.args(false, 1.0f));

@@ -206,6 +206,16 @@ TEST(MlaAttentionSm90Layout, KernelLayoutsMatchTheHardwareModel) {
   for (uint64_t seed : {1u, 2u}) EXPECT_EQ(emulate(KernelSide{}, seed), "") << "seed " << seed;
 }
 
+// The kernel computes the key / column of accumulator register i as frag_d_col(t, 0) +
+// frag_d_col(0, i) (one per-thread base, constants per register), and the shared-memory map
+// of the design note must fit the opt-in limit with 1024-byte aligned chunks.
+TEST(MlaAttentionSm90Layout, FragmentColumnSplitsIntoThreadAndRegisterParts) {
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 128; ++i) ASSERT_EQ(sm::frag_d_col(t, i), sm::frag_d_col(t, 0) + sm::frag_d_col(0, i)) << t << " " << i;
+  static_assert(sm::kQBytes % 1024 == 0 && sm::kKvBytes % 1024 == 0 && sm::kQChunkBytes % 1024 == 0 &&
+                sm::kKvChunkBytes % 1024 == 0);
+}
+
 TEST(MlaAttentionSm90Layout, DescriptorFields) {
   // The fields as the PTX ISA table places them, for one Q, K and V descriptor.
   const uint64_t q = sm::q_desc(0x400, 5);  // chunk 1, step 1 inside it: 0x400 + 8192 + 32

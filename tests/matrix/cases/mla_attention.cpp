@@ -101,7 +101,8 @@ const char* variant_name(Variant v) {
 // Buffer indices.
 enum : size_t { kO, kQ, kCache, kTable, kSeqLens, kQStart, kLse };
 
-void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed, DType q_dt = DType::bf16) {
+void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed, DType q_dt = DType::bf16,
+              ops::MlaAttentionKernel kernel = ops::MlaAttentionKernel::automatic) {
   const Plan plan = make_plan(s, plan_seed);
   const bool strided = var == Variant::strided, with_lse = var != Variant::nolse;
   const bool fp8_q = q_dt == DType::fp8_e4m3;
@@ -118,7 +119,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
   Case c;
   c.op = "mla_attention";
   c.id = str("mla_attention/", s.tag, "-B", B, "-H", H, "-P", ps, "-", dtype_name(dt), fp8_q ? "-qfp8" : "", "-",
-             variant_name(var));
+             variant_name(var), kernel == ops::MlaAttentionKernel::mma_sync ? "-v1" : "");
   c.size = s.size;
 
   std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
@@ -185,6 +186,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
     a.softmax_scale = softmax_scale;
     a.kv_scale = kv_scale;
     a.q_scale = q_scale;
+    a.cuda_kernel = kernel;
     return a;
   };
   c.supports = supports_via<ops::MlaAttentionArgs>(
@@ -252,6 +254,19 @@ void add_mla_attention_cases(Registry& r, Size size) {
     for (DType dt : {DType::bf16, DType::fp8_e4m3})
       for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, dt, var, ++plan_seed, DType::fp8_e4m3);
   }
+  // Both CUDA kernels: every case above takes the automatic choice (the WGMMA kernel, v2, on
+  // an H200); these force v1 (mma.sync) on the CI shapes that cover its paths: ragged decode
+  // with splits (H 32), verify (H 32), an extend over 8 row tiles, the masked batch, and the
+  // H 1 extend with an fp8 q and every tensor strided.
+  for (size_t k : {size_t{0}, size_t{3}, size_t{5}, size_t{7}})
+    for (DType dt : {DType::bf16, DType::fp8_e4m3})
+      add_case(r, ci[k], dt, Variant::plain, ++plan_seed, DType::bf16, ops::MlaAttentionKernel::mma_sync);
+  add_case(r, ci[6], DType::fp8_e4m3, Variant::strided, ++plan_seed, DType::fp8_e4m3, ops::MlaAttentionKernel::mma_sync);
+  // Odd page sizes (rows of one KV tile from up to 11 pages; v2 copies row by row) and a
+  // sequence ending inside a page, both dtypes, plain and strided.
+  const AttnShape odd_pages = {"mixed", 32, 3, {1, 1, 1, 2}, {50, 7, 130, 33}, Size::ci, false};
+  for (DType dt : {DType::bf16, DType::fp8_e4m3})
+    for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, dt, var, ++plan_seed);
 }
 
 }  // namespace kestrel::matrix
