@@ -216,6 +216,31 @@ TEST(MlaAttentionSm90Layout, FragmentColumnSplitsIntoThreadAndRegisterParts) {
                 sm::kKvChunkBytes % 1024 == 0);
 }
 
+// The writers' piece order: a bijection onto (row, piece), and the 16-byte stores of every
+// quarter warp (8 consecutive indices) fall on 8 distinct 16-byte bank groups of the swizzled
+// tile (no bank conflict), for the Q tile (64 rows) and the KV tile (32 rows).
+TEST(MlaAttentionSm90Layout, WriterPiecesAreABijectionWithoutBankConflicts) {
+  for (int rows : {sm::kRows, sm::kKeys}) {
+    std::vector<int> seen(static_cast<size_t>(rows * 72), 0);
+    for (int idx = 0; idx < rows * 72; ++idx) {
+      int row, piece;
+      sm::piece_of(idx, rows, row, piece);
+      ASSERT_TRUE(row >= 0 && row < rows && piece >= 0 && piece < 72);
+      ++seen[static_cast<size_t>(row * 72 + piece)];
+    }
+    for (int v : seen) ASSERT_EQ(v, 1);
+    for (int q0 = 0; q0 < rows * 72; q0 += 8) {
+      unsigned groups = 0;
+      for (int idx = q0; idx < q0 + 8; ++idx) {
+        int row, piece;
+        sm::piece_of(idx, rows, row, piece);
+        groups |= 1u << ((sm::sw128_offset(rows, row, piece * 8) / 16) % 8);
+      }
+      EXPECT_EQ(groups, 0xFFu) << "quarter warp at " << q0 << ", rows " << rows;
+    }
+  }
+}
+
 TEST(MlaAttentionSm90Layout, DescriptorFields) {
   // The fields as the PTX ISA table places them, for one Q, K and V descriptor.
   const uint64_t q = sm::q_desc(0x400, 5);  // chunk 1, step 1 inside it: 0x400 + 8192 + 32

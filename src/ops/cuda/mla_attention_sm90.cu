@@ -295,8 +295,8 @@ __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint
   static_assert(kPieces % 128 == 0);
 #pragma unroll 3
   for (int u = 0; u < kPieces / 128; ++u) {
-    const int idx = wt + u * 128;
-    const int r = idx / (kDqk / 8), c8 = idx % (kDqk / 8);
+    int r, c8;  // conflict-free piece order (piece_of)
+    piece_of(wt + u * 128, St::kRowsPerChunk, r, c8);
     const uint8_t st = status[r];
     uint4 v;
     if (st == kRowCopy) {
@@ -371,8 +371,9 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       const int ct = static_cast<int>(opaque(static_cast<uint32_t>(t + 128 * c)));  // no hoisted offsets
 #pragma unroll 6
       for (int u = 0; u < kRows * (kDqk / 8) / 256; ++u) {
-        const int idx = ct + u * 256;
-        const int row = idx / (kDqk / 8), col = (idx % (kDqk / 8)) * 8;
+        int row, piece;  // conflict-free piece order (piece_of)
+        piece_of(ct + u * 256, kRows, row, piece);
+        const int col = piece * 8;
         const int r = tp.r0 + row;
         const uint4 v = r < s.rows_b ? q_chunk<kQFp8>(p, s.qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
         *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kRows, row, col)) = v;

@@ -44,6 +44,15 @@ KESTREL_SM90_HD uint32_t sw128_offset(int rows, int row, int col) {
                                (col % 8) * 2);
 }
 
+// Which 16-byte piece (8 values) a writer's index `idx` in [0, rows * 72) stores: order
+// (column chunk, row, unit), so that the 32 stores of a warp are 4 rows x 128 B of one chunk
+// and every quarter warp (8 x 16 B) covers all 32 banks once: conflict-free with the swizzle.
+// (Row-major order would put the 4 chunks a warp touches, rows * 128 B apart, on one bank set.)
+KESTREL_SM90_HD void piece_of(int idx, int rows, int& row, int& piece) {
+  row = (idx / 8) % rows;
+  piece = (idx / 8 / rows) * 8 + idx % 8;  // values piece*8 .. piece*8+7 of the row
+}
+
 // ---- matrix descriptors (PTX ISA "Matrix Descriptor Format") --------------------------------
 // bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
 // 49-51 base offset (0: every pattern starts on a 1024-byte boundary), 62-63 swizzle (1 = 128 B).
