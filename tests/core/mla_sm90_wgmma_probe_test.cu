@@ -91,21 +91,21 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(const uint16_t* q, con
       const __nv_bfloat162 v = __floats2bfloat162_rn(sc[sm::p_reg_of(ks, e0)], sc[sm::p_reg_of(ks, e1)]);
       as[ks][j] = *reinterpret_cast<const uint32_t*>(&v);
     }
-#pragma unroll
+  // One PV product for value columns c*256 .. with A from `A`, written through the D map.
+  auto pv = [&](const uint32_t (&A)[2][4], float* out, int c) {
+    float o[128];
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    sm::wgmma_fence();
+    for (int ks = 0; ks < 2; ++ks) sm::wgmma_m64n256k16_rs(o, A[ks], sm::v_desc(kv_smem, c, ks));
+    sm::wgmma_commit();
+    sm::wgmma_wait<0>();
+    sm::fence_operands(o);
+    for (int i = 0; i < 128; ++i) out[sm::frag_d_row(t, i) * sm::kDv + c * sm::kVColsPerWg + sm::frag_d_col(t, i)] = o[i];
+  };
+#pragma unroll 1
   for (int c = 0; c < 2; ++c) {
-#pragma unroll
-    for (int pass = 0; pass < 2; ++pass) {
-      float o[128];
-      for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-      sm::wgmma_fence();
-      for (int ks = 0; ks < 2; ++ks) sm::wgmma_m64n256k16_rs(o, pass == 0 ? a[ks] : as[ks], sm::v_desc(kv_smem, c, ks));
-      sm::wgmma_commit();
-      sm::wgmma_wait<0>();
-      sm::fence_operands(o);
-      float* out = pass == 0 ? o_out : so_out;
-      for (int i = 0; i < 128; ++i)
-        out[sm::frag_d_row(t, i) * sm::kDv + c * sm::kVColsPerWg + sm::frag_d_col(t, i)] = o[i];
-    }
+    pv(a, o_out, c);
+    pv(as, so_out, c);
   }
 #endif
 }
