@@ -3,8 +3,12 @@
 // registers. Same op, same plan (grid, split rule, workspace, combine kernel) and the same
 // semantics as v1 (mla_attention.cu), which stays the path for what v2 does not support (the
 // rule: mla_attention_cuda_kernel in src/ops/mla_attention.cpp; docs/ops/mla_attention.md).
-// NOT YET RUN ON HARDWARE: written and compiled without a GPU; the layouts are checked by the
-// host emulation tests/ops/mla_attention_sm90_layout_test.cpp.
+// NOT YET RUN ON HARDWARE: written and compiled without a GPU. Checked on the host: the
+// layouts and descriptors by an emulation against the PTX ISA tables
+// (tests/ops/mla_attention_sm90_layout_test.cpp), the barrier protocol by a threaded model
+// (tests/ops/mla_attention_sm90_protocol_test.cpp), both with planted bugs caught. On an sm_90
+// GPU, MlaSm90WgmmaProbeCuda (tests/core/mla_sm90_wgmma_probe_test.cu) checks the wgmma
+// layouts alone before the matrix checks the kernel.
 //
 // Work split. As v1: one CTA per (64-row query tile, KV split, sequence), rows r = qi * H + h,
 // a CTA loops over row tiles mt = blockIdx.x, + gridDim.x, ...; KV tiles of 32 positions.
