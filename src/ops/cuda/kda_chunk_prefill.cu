@@ -52,6 +52,11 @@ void launch(Params p, cudaStream_t stream) {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(kda_chunk_prefill_intra_kernel<T>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(IntraSmem))));
+    // Two intra CTAs of 112,896 bytes per SM need the largest carveout (228 KB); the attribute is
+    // a hint the driver may otherwise trade for L1.
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(kda_chunk_prefill_intra_kernel<T>,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            static_cast<int>(cudaSharedmemCarveoutMaxShared)));
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(kda_chunk_prefill_state_kernel<T>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(StateSmem))));
