@@ -39,7 +39,8 @@
 // CTAs per SM double the warps per scheduler and let one CTA's serial phases (P2's 4 warps, the
 // loads of P1, the solve, the barriers) overlap the other's work; the P3c jobs issue ~30% fewer
 // instructions (A fragments shared by two accumulators) and chain half as many mma per job:
-// ~330-380 us.
+// ~330-380 us. Measured (H200, 88276b9, Nsight Compute): 362 us, theoretical occupancy 25%,
+// achieved 24.3%.
 #pragma once
 
 #include "kda_chunk_prefill_common.cuh"
