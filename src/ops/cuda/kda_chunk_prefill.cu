@@ -2,15 +2,19 @@
 // WY form), initial states from pool slots, final states back to them, optional checkpoints after
 // every full chunk. Semantics: docs/ops/kda.md; CPU reference: src/ops/cpu/kda_chunk_prefill.cpp.
 // v2 (written without a GPU at hand) passed the full matrix, memcheck and racecheck on an H200
-// (docs/verification.md); 1.24 ms at T = 4096, H = 32, 4x its prediction below and still slower
-// than fla: docs/perf.md says where the time goes.
+// (docs/verification.md) at e9c5392: 1.24 ms at T = 4096, H = 32, 4x its prediction and still
+// slower than fla (docs/perf.md says where the time went). The intra-chunk kernel's
+// two-CTAs-per-SM layout came after that run and passed the same checks at 88276b9: intra
+// 701 -> 362 us, the whole op 1.24 -> 0.95 ms at T = 4096, H = 32 (state kernel: 540 us).
 //
 // v2: two kernels. (v1, one f32 SIMT CTA per (sequence, head, 32 value columns) walking every
 // chunk and redoing the state-independent work per tile, ran 2.63 ms at T = 4096, H = 32.)
 //   1. kda_chunk_prefill_intra.cuh: one CTA per (chunk, head), all chunks of all sequences at
 //      once: gates, cumsum, kk / qk (off-diagonal blocks on tensor cores), the UT transform;
 //      writes the chunk's Qg, Kg, Kd, Tm = (I + L)^-1 diag(beta), Aqk and decay to a workspace
-//      (layout in kda_chunk_prefill_common.cuh, 131,584 bytes per (chunk, head));
+//      (layout in kda_chunk_prefill_common.cuh, 131,584 bytes per (chunk, head)); 112,896 bytes of
+//      shared memory and <= 128 registers, so two CTAs share an SM (the layout measured at 700.8 us
+//      for T = 4096, H = 32 had 151,296 bytes and 140 registers: one CTA per SM, latency-bound);
 //   2. kda_chunk_prefill_state.cuh: one CTA per (sequence, head, 32 value columns), chunks in
 //      order: Vn = Tm (V - Kg S), O = Qg S + Aqk Vn, S = diag(dec) S + Kd^T Vn, every product
 //      on tensor cores (mma.sync m16n8k8 tf32 / 3xTF32), the state tile in shared memory, the
@@ -53,6 +57,11 @@ void launch(Params p, cudaStream_t stream) {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(kda_chunk_prefill_intra_kernel<T>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(IntraSmem))));
+    // Two intra CTAs of 112,896 bytes per SM need the largest carveout (228 KB); the attribute is
+    // a hint the driver may otherwise trade for L1.
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(kda_chunk_prefill_intra_kernel<T>,
+                                            cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            static_cast<int>(cudaSharedmemCarveoutMaxShared)));
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(kda_chunk_prefill_state_kernel<T>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(StateSmem))));

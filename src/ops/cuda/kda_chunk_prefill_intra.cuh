@@ -4,29 +4,43 @@
 // the UT transform, and the chunk's Qg, Kg, Kd, Tm, Aqk and decay, written to the workspace
 // (kda_chunk_prefill_common.cuh) for the state kernel.
 //
-// Phases (the same algorithm, blocks, reference points and solve order as the single-kernel v1,
-// which passed the matrix on an H200), barriers between them:
-//   P1  q, k L2-normalised (q scaled by 1/sqrt(K)), g = gate(raw_g + dt_bias), beta (a warp per row);
+// Phases (the same algorithm, blocks, reference points, roundings and solve order as the version
+// that passed the matrix on an H200 at e9c5392: every stored value is formed by the same f32 /
+// tf32 operations on the same operands; only where values live and which warp forms them moved),
+// barriers between them:
+//   P1  q, k L2-normalised (q scaled by 1/sqrt(K)), g = gate(raw_g + dt_bias), beta (a warp per
+//       row, two batches of 4 rows of loads in flight);
 //   P2  Gam = cumsum(g) per key dim, and the block ends b_I = Gam at row 16 I + 15;
 //   P3a diagonal 16 x 16 blocks of kk and qk by a running product of e^(g_i) (factors <= 1), only
-//       when some key dim decays by more than kDiagMaxDrop within a block; else they go to P3c;
+//       when some key dim decays by more than kDiagMaxDrop within a block (L_II -> ld, Aqk_II ->
+//       the workspace); else they go to P3c;
 //   P3b factor in place: qr = q e^(Gam - b_{I-1}), kr = k e^(Gam - b_{I-1}), kc = k e^(b_I - Gam),
-//       and the per-d vectors c_IJ = e^(b_{I-1} - b_J), e^(b_{I-1}), e^(Gam_last - b_J);
-//   P3c off-diagonal blocks I > J: kk = kr c_IJ kc, qk = qr c_IJ kc (mma.sync 3xTF32, mma_tf32.cuh),
-//       and the diagonal ones with c_II = e^(b_{I-1} - b_I) >= 1 when that is <= e^kDiagMaxDrop;
-//   P3d Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I); warps 0..3 invert
-//       the diagonal blocks of (I + L) (forward substitution, a lane per column);
+//       and from the same registers store Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}),
+//       Kd = kc e^(Gam_last - b_I), e^Gam_last; the per-d vectors c_IJ = e^(b_{I-1} - b_J);
+//   P3c-1 qk blocks I > J (and I = J on the tensor-core path) = qr c_IJ kc, stored to the
+//       workspace from the accumulators; on that path also the diagonal kk blocks (-> ld);
+//       mma.sync 3xTF32 (mma_tf32.cuh), one 16 x 16 block pair per warp job (two accumulators);
+//   P3c-2 kk blocks I > J = kr c_IJ kc times beta (-> a, which now overlays the dead q), and
+//       meanwhile warps 6, 7 invert the diagonal blocks of (I + L) (forward substitution, a lane
+//       per column, two blocks per warp) from ld into a;
 //   P4  off-diagonal blocks of X = (I + L)^-1: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ;
-//   P5  store: Qg, Kg, Kd, Tm = X diag(beta), Aqk (their lower 16 x 16 block triangles),
-//       e^Gam_last (float4, coalesced).
+//   P5  store Tm = X diag(beta) (its lower 16 x 16 block triangle, float4, coalesced).
 // Every exponential is of a difference Gam_i - Gam_j with i >= j, so every factor is <= 1, except
 // the diagonal c_II, used only while it is <= e^40 (all products stay finite and normal).
 //
-// Shared memory (floats, 151,296 bytes):
-//   q [64][132] q_hat -> qr -> Qg     k [64][132] k_hat -> kr -> Kg     g [64][132] g -> Gam -> kc -> Kd
-//   a [64][68] L -> X                 aqk [64][68]                      r [3][16][16] solve scratch
-//   bend [4][128] b_I; cf [10][128] c_IJ (6 off-diagonal, 4 diagonal pairs); eb [5][128] e^(b_{I-1}) (eb[4] = e^Gam_last);
-//   ed [4][128] e^(Gam_last - b_J); beta [64].
+// Shared memory (floats, 112,896 bytes: two CTAs per SM, with at most 128 registers per thread
+// from __launch_bounds__(256, 2); the workspace outputs leave from registers instead of being
+// staged here, and a overlays q):
+//   q [64][132] q_hat -> qr (P1 .. P3c-1), then { a [64][68] L -> X, r [3][16][16] P4 scratch }
+//   k [64][132] k_hat -> kr           g [64][132] g -> Gam -> kc          ld [4][16][16] L_II
+//   bend [4][128] b_I; cf [10][128] c_IJ (6 off-diagonal, 4 diagonal pairs); beta [64].
+// Predicted time (T = 4096, H = 32, 2080 CTAs): the previous layout measured 700.8 us at one CTA
+// per SM, latency-bound (6.5 cycles per issued instruction per warp, 2 warps per scheduler); two
+// CTAs per SM double the warps per scheduler and let one CTA's serial phases (P2's 4 warps, the
+// loads of P1, the solve, the barriers) overlap the other's work; the P3c jobs issue ~30% fewer
+// instructions (A fragments shared by two accumulators) and chain half as many mma per job:
+// ~330-380 us. Measured (H200, 88276b9, Nsight Compute): 362 us, theoretical occupancy 25%,
+// achieved 24.3%.
 #pragma once
 
 #include "kda_chunk_prefill_common.cuh"
@@ -34,20 +48,28 @@
 
 namespace kestrel::ops::cuda::kda_chunk {
 
+// a and the P4 scratch r live where q was: q (qr) is last read by the qk jobs of P3c-1, a is
+// first written by the kk jobs of P3c-2, a barrier between them.
+struct IntraSolve {
+  float a[kC][kLdC];   // L (off-diagonal blocks), then X = (I + L)^-1
+  float r[3][kB][kB];  // P4 scratch
+};
+static_assert(sizeof(IntraSolve) <= sizeof(float[kC][kLdK]), "a and r fit in q's place");
+
 struct alignas(16) IntraSmem {
-  float q[kC][kLdK];
+  union {
+    float q[kC][kLdK];
+    IntraSolve sv;
+  };
   float k[kC][kLdK];
   float g[kC][kLdK];
-  float a[kC][kLdC];
-  float aqk[kC][kLdC];
-  float r[3][kB][kB];
+  float ld[4][kB][kB];  // L_II, the diagonal blocks of L (written while q is still live)
   float bend[4][kK];
   float cf[10][kK];
-  float eb[5][kK];
-  float ed[4][kK];
   float beta[kC];
 };
-static_assert(sizeof(IntraSmem) == 151296, "the note above states this size");
+// Two CTAs per SM: 2 (112,896 + 1,024 reserved) <= 233,472 bytes (sm_90's 228 KB).
+static_assert(sizeof(IntraSmem) == 112896, "the note above states this size");
 
 // The block pairs (I, J) in the order of cf: 0..5 off-diagonal (I > J), 6..9 diagonal (I = J = p - 6).
 __device__ __forceinline__ int pair_i(int p) { return p == 0 ? 1 : p < 3 ? 2 : p < 6 ? 3 : p - 6; }
@@ -82,64 +104,72 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
 }
 
 // P1: token rows of the chunk into shared memory (a warp per row; lane l owns key dims 4l..4l+3).
-// The warp's 8 rows are loaded first, all 104 scalar loads in flight together (the phase is
-// latency-bound), then normalised and stored.
+// The warp's 8 rows go in two batches of 4: a batch's 52 scalar loads are issued together (the
+// phase is latency-bound; the SM's other CTA covers the rest), then normalised and stored. Two
+// batches rather than one keep the kernel within 128 registers (two CTAs per SM).
 template <typename T>
 __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t row0, int C, int h, int warp,
                                           int lane, const float (&dt)[4], float exp_a_log) {
   constexpr float kEps = 1e-6f;                      // inside the sqrt (kda_math.h kL2Eps)
   constexpr float kInvSqrtK = 0.08838834764831845f;  // 1 / sqrt(128), the fixed q scale
   constexpr int kRows = kC / (kThreads / 32);        // 8 rows per warp: warp + 8 r
+  constexpr int kBatch = 4;                          // rows per batch of loads
   const int64_t HK = static_cast<int64_t>(p.H) * kK;
   const int d0 = 4 * lane;
-  float qv[kRows][4], kv[kRows][4], gv[kRows][4], bv[kRows];
+#pragma unroll 1
+  for (int r0 = 0; r0 < kRows; r0 += kBatch) {
+    float qv[kBatch][4], kv[kBatch][4], gv[kBatch][4], bv[kBatch];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = warp + 8 * r;
-    const int64_t row = row0 + i;
-    const bool live = i < C;  // warp-uniform
-    const T* x = static_cast<const T*>(p.qkv) + row * p.qkv_s0 + static_cast<int64_t>(h) * kK + d0;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      qv[r][e] = live ? to_f32(x[e]) : 0.0f;
-      kv[r][e] = live ? to_f32(x[HK + e]) : 0.0f;
-      gv[r][e] = live ? load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2) : 0.0f;
-    }
-    bv[r] = live ? load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1) : 0.0f;
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const int i = warp + 8 * r;
-    float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q, g = q;
-    float beta = 0.0f;
-    if (i < C) {  // warp-uniform
-      float ss[2] = {0.0f, 0.0f};
+    for (int r = 0; r < kBatch; ++r) {
+      const int i = warp + 8 * (r0 + r);
+      const int64_t row = row0 + i;
+      const bool live = i < C;  // warp-uniform
+      const T* x = static_cast<const T*>(p.qkv) + row * p.qkv_s0 + static_cast<int64_t>(h) * kK + d0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        ss[0] = fmaf(qv[r][e], qv[r][e], ss[0]);
-        ss[1] = fmaf(kv[r][e], kv[r][e], ss[1]);
+        qv[r][e] = live ? to_f32(x[e]) : 0.0f;
+        kv[r][e] = live ? to_f32(x[HK + e]) : 0.0f;
+        gv[r][e] = live ? load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2) : 0.0f;
       }
-      kda::warp_sum_n<2>(ss);
-      const float rq = kInvSqrtK / sqrtf(ss[0] + kEps), rk = 1.0f / sqrtf(ss[1] + kEps);
-      float gg[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) gg[e] = kda::gate(gv[r][e] + dt[e], exp_a_log, p.has_lb, p.lb);
-      q = make_float4(qv[r][0] * rq, qv[r][1] * rq, qv[r][2] * rq, qv[r][3] * rq);
-      k = make_float4(kv[r][0] * rk, kv[r][1] * rk, kv[r][2] * rk, kv[r][3] * rk);
-      g = make_float4(gg[0], gg[1], gg[2], gg[3]);
-      beta = kda::sigmoid(bv[r]);
+      bv[r] = live ? load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1) : 0.0f;
     }
-    st4(&s.q[i][d0], q);
-    st4(&s.k[i][d0], k);
-    st4(&s.g[i][d0], g);
-    if (lane == 0) s.beta[i] = beta;
+#pragma unroll
+    for (int r = 0; r < kBatch; ++r) {
+      const int i = warp + 8 * (r0 + r);
+      float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q, g = q;
+      float beta = 0.0f;
+      if (i < C) {  // warp-uniform
+        float ss[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          ss[0] = fmaf(qv[r][e], qv[r][e], ss[0]);
+          ss[1] = fmaf(kv[r][e], kv[r][e], ss[1]);
+        }
+        kda::warp_sum_n<2>(ss);
+        const float rq = kInvSqrtK / sqrtf(ss[0] + kEps), rk = 1.0f / sqrtf(ss[1] + kEps);
+        float gg[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) gg[e] = kda::gate(gv[r][e] + dt[e], exp_a_log, p.has_lb, p.lb);
+        q = make_float4(qv[r][0] * rq, qv[r][1] * rq, qv[r][2] * rq, qv[r][3] * rq);
+        k = make_float4(kv[r][0] * rk, kv[r][1] * rk, kv[r][2] * rk, kv[r][3] * rk);
+        g = make_float4(gg[0], gg[1], gg[2], gg[3]);
+        beta = kda::sigmoid(bv[r]);
+      }
+      st4(&s.q[i][d0], q);
+      st4(&s.k[i][d0], k);
+      st4(&s.g[i][d0], g);
+      if (lane == 0) s.beta[i] = beta;
+    }
   }
 }
 
 // P3a: the diagonal block I, rows [ib, ie) of it, by one warp. kp[j] = k_j e^(Gam_i - Gam_j) for
 // the current row i (a running product: one expf per (i, d)), then the 16 kk and 16 qk dots of
-// row i, reduced so that lane j < 16 holds kk[i][j] and lane 16 + j holds qk[i][j].
-__device__ __forceinline__ void diag_block(IntraSmem& s, int I, int ib, int ie, int lane) {
+// row i, reduced so that lane j < 16 holds kk[i][j] (-> ld) and lane 16 + j holds qk[i][j] (-> the
+// workspace's Aqk, 64 contiguous bytes). Only the dots kept by the masks (j < i for L, j <= i for
+// Aqk) are formed; the reduction sums each index over the lanes on its own, so the kept values are
+// those of the full version.
+__device__ __forceinline__ void diag_block(IntraSmem& s, float* ws, int I, int ib, int ie, int lane) {
   const int base = I * kB, d0 = 4 * lane;
   float4 kp[kB];
 #pragma unroll
@@ -161,16 +191,16 @@ __device__ __forceinline__ void diag_block(IntraSmem& s, int I, int ib, int ie, 
       const float4 qi = ld4(&s.q[base + i][d0]);
       float v[32];
 #pragma unroll
-      for (int j = 0; j < kB; ++j) {
-        v[j] = dot4(ki, kp[j], 0.0f);
-        v[kB + j] = dot4(qi, kp[j], 0.0f);
+      for (int j = 0; j < kB; ++j) {  // i is a constant here: the dots masked out below are not formed
+        v[j] = j < i ? dot4(ki, kp[j], 0.0f) : 0.0f;
+        v[kB + j] = j <= i ? dot4(qi, kp[j], 0.0f) : 0.0f;
       }
       reduce_scatter_step<16>(v, lane);
       const int j = lane & (kB - 1);
       if (lane < kB) {
-        s.a[base + i][base + j] = j < i ? s.beta[base + i] * v[0] : 0.0f;  // L, strictly lower
+        s.ld[I][i][j] = j < i ? s.beta[base + i] * v[0] : 0.0f;  // L, strictly lower
       } else {
-        s.aqk[base + i][base + j] = j <= i ? v[0] : 0.0f;
+        ws[kWsAqk + (base + i) * kC + base + j] = j <= i ? v[0] : 0.0f;
       }
     }
   }
@@ -199,8 +229,40 @@ __device__ __forceinline__ bool find_chunk(const Params& p, int64_t slot, int64_
   return true;
 }
 
+// One tensor-core job of P3c: the 16 x 16 block pair pr of kk (qk false) or qk (qk true), as two
+// 16 x 8 column halves with their own accumulators (two independent mma chains; the A fragments,
+// scaled and split once, serve both). A = kr or qr rows of block I times c_IJ per d, B = kc rows
+// of block J (element (d, j) at g[j][d]); on a diagonal block kr_i c_II kc_j = k_i k_j
+// e^(Gam_i - Gam_j), masked to j < i (L) or j <= i (Aqk). qk goes straight to the workspace
+// (float2 per lane: c0 c1 and c2 c3 are adjacent columns); kk goes to ld (diagonal pairs) or to a
+// (off-diagonal pairs, only once q is dead: a aliases q).
+__device__ __forceinline__ void tc_job(IntraSmem& s, float* ws, int pr, bool qk, int lane) {
+  const int I = pair_i(pr), J = pair_j(pr);
+  float c[1][2][4] = {};
+  mma::warp_mma_tf32<1, 2, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, kK / 8,
+                                 lane, &s.cf[pr][0]);
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {  // rows g, g + 8: c[.][2 hf], c[.][2 hf + 1] at columns 2t, 2t + 1
+      const int i = kB * I + g + 8 * hf, j = kB * J + 8 * nt + 2 * t;
+      const float v0 = c[0][nt][2 * hf], v1 = c[0][nt][2 * hf + 1];
+      if (qk) {
+        *reinterpret_cast<float2*>(ws + kWsAqk + i * kC + j) = make_float2(j <= i ? v0 : 0.0f, j + 1 <= i ? v1 : 0.0f);
+      } else if (I == J) {
+        s.ld[I][i - kB * I][j - kB * J] = j < i ? s.beta[i] * v0 : 0.0f;
+        s.ld[I][i - kB * I][j + 1 - kB * J] = j + 1 < i ? s.beta[i] * v1 : 0.0f;
+      } else {
+        s.sv.a[i][j] = s.beta[i] * v0;  // j < i off the diagonal
+        s.sv.a[i][j + 1] = s.beta[i] * v1;
+      }
+    }
+  }
+}
+
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   IntraSmem& s = *reinterpret_cast<IntraSmem*>(smem_raw);
   const int h = static_cast<int>(blockIdx.y);
@@ -209,9 +271,10 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(co
   int C;
   if (!find_chunk(p, slot, n, row0, C)) return;  // uniform: before any barrier
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  float* ws = ws_at(p, slot, h);
 
-  // The blocks of a and aqk above the block diagonal are never written nor read (P4 and the store
-  // touch blocks I >= J only).
+  // The blocks of a and of the workspace's Tm / Aqk above the block diagonal are never written
+  // nor read (P4 and the stores touch blocks I >= J only).
   const float exp_a_log = expf(p.A_log[h * p.alog_s0]);
   float dt[4];
 #pragma unroll
@@ -237,124 +300,118 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_intra_kernel(co
     }
   }
   const bool diag_mma = !__syncthreads_or(steep);  // also the barrier after P2
-  // ---- P3a: diagonal blocks by the running product, two warps each (rows 0..7 and 8..15),
-  // unless they go on tensor cores in P3c.
-  if (!diag_mma) diag_block(s, warp / 2, (warp % 2) * 8, (warp % 2) * 8 + 8, lane);
+  // ---- P3a: diagonal blocks by the running product, two warps each, unless they go on tensor
+  // cores in P3c. Rows 0..9 and 10..15: the second warp also runs the product through rows 0..9,
+  // and its rows have more unmasked dots; this split evens the two (~2.2K vs ~2.5K instructions
+  // per warp, against ~1.7K vs ~2.9K for 8 / 8).
+  if (!diag_mma) diag_block(s, ws, warp / 2, warp % 2 != 0 ? 10 : 0, warp % 2 != 0 ? kB : 10, lane);
   __syncthreads();
-  // ---- P3b: factor q, k, g in place relative to the block boundaries; the per-d vectors.
-#pragma unroll 2
-  for (int x = tid; x < kC * (kK / 4); x += kThreads) {
-    const int i = x / (kK / 4), d = 4 * (x % (kK / 4)), I = i / kB;
-    const float4 gam = ld4(&s.g[i][d]);
-    const float4 ref = I > 0 ? ld4(&s.bend[I - 1][d]) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 rf = exp4(sub4(gam, ref));                 // e^(Gam_i - b_{I-1}) <= 1
-    const float4 cf = exp4(sub4(ld4(&s.bend[I][d]), gam));  // e^(b_I - Gam_i) <= 1
-    const float4 kv = ld4(&s.k[i][d]);
-    st4(&s.q[i][d], mul4(ld4(&s.q[i][d]), rf));
-    st4(&s.k[i][d], mul4(kv, rf));
-    st4(&s.g[i][d], mul4(kv, cf));
+  // ---- P3b: factor q, k, g in place relative to the block boundaries, and store the chunk's
+  // Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I) and e^(Gam_last) to the
+  // workspace from the same registers. Thread (warp, lane) owns key dims 4 lane .. 4 lane + 3 of
+  // rows warp + 8 u (u = 0..7), two rows per block I = u / 2; a warp stores 512 contiguous bytes
+  // per row.
+  {
+    const int d = 4 * lane;
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f), blast = ld4(&s.bend[3][d]);
+#pragma unroll
+    for (int I = 0; I < 4; ++I) {
+      const float4 ref = I > 0 ? ld4(&s.bend[I - 1][d]) : zero, bI = ld4(&s.bend[I][d]);
+      const float4 eb = I > 0 ? exp4(ref) : make_float4(1.f, 1.f, 1.f, 1.f);  // e^(b_{I-1})
+      const float4 ed = exp4(sub4(blast, bI));                                // e^(Gam_last - b_I)
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const int i = kB * I + warp + 8 * u;
+        const float4 gam = ld4(&s.g[i][d]);
+        const float4 rf = exp4(sub4(gam, ref));  // e^(Gam_i - b_{I-1}) <= 1
+        const float4 cf = exp4(sub4(bI, gam));   // e^(b_I - Gam_i) <= 1
+        const float4 kv = ld4(&s.k[i][d]);
+        const float4 qr = mul4(ld4(&s.q[i][d]), rf), kr = mul4(kv, rf), kc = mul4(kv, cf);
+        st4(&s.q[i][d], qr);
+        st4(&s.k[i][d], kr);
+        st4(&s.g[i][d], kc);
+        st4(ws + kWsQg + i * kK + d, mul4(qr, eb));
+        st4(ws + kWsKg + i * kK + d, mul4(kr, eb));
+        st4(ws + kWsKd + i * kK + d, mul4(kc, ed));
+      }
+    }
+    if (warp == 0) st4(ws + kWsDec + d, exp4(blast));
   }
-  for (int x = tid; x < 19 * kK; x += kThreads) {
+  for (int x = tid; x < 10 * kK; x += kThreads) {
     const int r = x / kK, d = x % kK;
     if (r < 6) {
       s.cf[r][d] = expf(s.bend[pair_i(r) - 1][d] - s.bend[pair_j(r)][d]);
-    } else if (r < 11) {
-      s.eb[r - 6][d] = r == 6 ? 1.0f : expf(s.bend[r - 7][d]);
-    } else if (r < 15) {
-      s.ed[r - 11][d] = expf(s.bend[3][d] - s.bend[r - 11][d]);
     } else {  // diagonal pairs: e^(b_{I-1} - b_I) >= 1, <= e^kDiagMaxDrop where used
-      const int I = r - 15;
-      s.cf[6 + I][d] = expf(fminf((I > 0 ? s.bend[I - 1][d] : 0.0f) - s.bend[I][d], kDiagMaxDrop));
+      const int I = r - 6;
+      s.cf[r][d] = expf(fminf((I > 0 ? s.bend[I - 1][d] : 0.0f) - s.bend[I][d], kDiagMaxDrop));
     }
   }
   __syncthreads();
-  // ---- P3c: blocks on tensor cores (3xTF32, ~f32): jobs of 16 x 8 (block pair x {kk, qk} x 2
-  // column halves), 24 for the 6 off-diagonal pairs, 40 with the 4 diagonal ones; A = kr or qr
-  // rows of block I times c_IJ per d, B = kc rows of block J (element (d, j) at g[j][d]). On a
-  // diagonal block, kr_i c_II kc_j = k_i k_j e^(Gam_i - Gam_j), masked to j < i (L) or j <= i (Aqk).
-  const int jobs = diag_mma ? 40 : 24;
+  // ---- P3c-1: every qk job (6 off-diagonal pairs, and the 4 diagonal ones on the tensor-core
+  // path) and that path's 4 diagonal kk jobs (into ld): 6 or 14 jobs on 8 warps. The off-diagonal
+  // kk jobs wait for q to die (a aliases it).
+  const int jobs1 = diag_mma ? 14 : 6;
 #pragma unroll 1
-  for (int job = warp; job < jobs; job += kThreads / 32) {
-    const int pr = job / 4, qk = (job / 2) % 2, nt = job % 2;
-    const int I = pair_i(pr), J = pair_j(pr);
-    float c[1][1][4] = {};
-    mma::warp_mma_tf32<1, 1, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J + 8 * nt][0], kLdK,
-                               kK / 8, lane, &s.cf[pr][0]);
-    const int g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = kB * I + g + 8 * (e / 2), j = kB * J + 8 * nt + 2 * t + e % 2;
-      if (qk) {
-        s.aqk[i][j] = j <= i ? c[0][0][e] : 0.0f;  // j <= i always off the diagonal
-      } else {
-        s.a[i][j] = j < i ? s.beta[i] * c[0][0][e] : 0.0f;
-      }
+  for (int job = warp; job < jobs1; job += kThreads / 32) {
+    if (job < 6) {
+      tc_job(s, ws, job, true, lane);
+    } else {
+      tc_job(s, ws, 6 + (job - 6) / 2, (job - 6) % 2 != 0, lane);
     }
   }
   __syncthreads();
-  // ---- P3d: Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I); meanwhile
-  // warps 0..3 invert the diagonal blocks of (I + L) (a reads a, the rest reads q, k, g: disjoint).
-#pragma unroll 2
-  for (int x = tid; x < kC * (kK / 4); x += kThreads) {
-    const int i = x / (kK / 4), d = 4 * (x % (kK / 4)), I = i / kB;
-    const float4 e = ld4(&s.eb[I][d]);
-    st4(&s.q[i][d], mul4(ld4(&s.q[i][d]), e));
-    st4(&s.k[i][d], mul4(ld4(&s.k[i][d]), e));
-    st4(&s.g[i][d], mul4(ld4(&s.g[i][d]), ld4(&s.ed[I][d])));
-  }
-  if (warp < 4) {  // X_II = (I + L_II)^-1: lane j < 16 computes column j by forward substitution
-    const int base = warp * kB, j = lane % kB;
+  // ---- P3c-2: warps 0..5 the 6 off-diagonal kk jobs (into a's off-diagonal blocks); warps 6, 7
+  // invert the diagonal blocks of (I + L), two each (half-warp 16 hf + j: block 2 (warp - 6) + hf,
+  // column j by forward substitution), X_II = (I + L_II)^-1 from ld into a's diagonal blocks.
+  // Disjoint writes; reads of k, g, cf, beta, ld only.
+  if (warp < 6) {
+    tc_job(s, ws, warp, false, lane);
+  } else {
+    const int I = 2 * (warp - 6) + lane / kB, base = I * kB, j = lane % kB;
     float x[kB];
 #pragma unroll
     for (int i = 0; i < kB; ++i) {
       float acc = i == j ? 1.0f : 0.0f;
 #pragma unroll
-      for (int m = 0; m < i; ++m) acc = fmaf(-s.a[base + i][base + m], x[m], acc);
+      for (int m = 0; m < i; ++m) acc = fmaf(-s.ld[I][i][m], x[m], acc);
       x[i] = acc;
     }
-    __syncwarp();  // every lane's reads of L_II before any write of X_II
-    if (lane < kB) {
 #pragma unroll
-      for (int i = 0; i < kB; ++i) s.a[base + i][base + j] = x[i];
-    }
+    for (int i = 0; i < kB; ++i) s.sv.a[base + i][base + j] = x[i];
   }
   __syncthreads();
-  // ---- P4: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ, block row by block row.
+  // ---- P4: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ, block row by block row (the sum in the order
+  // m = 16 J .. 16 I - 1, unrolled per block M so that the shared loads pipeline).
 #pragma unroll 1
   for (int I = 1; I < 4; ++I) {
     for (int x = tid; x < I * kB * kB; x += kThreads) {
       const int J = x / (kB * kB), r = x / kB % kB, c = x % kB;
       float acc = 0.0f;
-      for (int m = J * kB; m < I * kB; ++m) acc = fmaf(s.a[I * kB + r][m], s.a[m][J * kB + c], acc);
-      s.r[J][r][c] = acc;
+#pragma unroll 1
+      for (int M = J; M < I; ++M) {
+#pragma unroll
+        for (int mm = 0; mm < kB; ++mm) acc = fmaf(s.sv.a[I * kB + r][M * kB + mm], s.sv.a[M * kB + mm][J * kB + c], acc);
+      }
+      s.sv.r[J][r][c] = acc;
     }
     __syncthreads();
     for (int x = tid; x < I * kB * kB; x += kThreads) {
       const int J = x / (kB * kB), r = x / kB % kB, c = x % kB;
       float acc = 0.0f;
 #pragma unroll
-      for (int m = 0; m < kB; ++m) acc = fmaf(s.a[I * kB + r][I * kB + m], s.r[J][m][c], acc);
-      s.a[I * kB + r][J * kB + c] = -acc;
+      for (int m = 0; m < kB; ++m) acc = fmaf(s.sv.a[I * kB + r][I * kB + m], s.sv.r[J][m][c], acc);
+      s.sv.a[I * kB + r][J * kB + c] = -acc;
     }
     __syncthreads();
   }
-  // ---- P5: the workspace (reads only; the last barrier above ordered every write before them).
-  float* ws = ws_at(p, slot, h);
-#pragma unroll 4
-  for (int x = tid; x < kC * (kK / 4); x += kThreads) {
-    const int i = x / (kK / 4), d = 4 * (x % (kK / 4));
-    st4(ws + kWsQg + i * kK + d, ld4(&s.q[i][d]));
-    st4(ws + kWsKg + i * kK + d, ld4(&s.k[i][d]));
-    st4(ws + kWsKd + i * kK + d, ld4(&s.g[i][d]));
-  }
+  // ---- P5: Tm = X diag(beta) to the workspace (reads only; the last barrier above ordered every
+  // write before them). Qg, Kg, Kd, e^Gam_last went out in P3b, Aqk in P3a / P3c-1.
 #pragma unroll 4
   for (int x = tid; x < kC * (kC / 4); x += kThreads) {
     const int i = x / (kC / 4), j = 4 * (x % (kC / 4));
     if (j >= kB * (i / kB + 1)) continue;  // above the block diagonal: zero, never read
-    st4(ws + kWsTm + i * kC + j, mul4(ld4(&s.a[i][j]), ld4(&s.beta[j])));
-    st4(ws + kWsAqk + i * kC + j, ld4(&s.aqk[i][j]));
+    st4(ws + kWsTm + i * kC + j, mul4(ld4(&s.sv.a[i][j]), ld4(&s.beta[j])));
   }
-  if (tid < kK / 4) st4(ws + kWsDec + 4 * tid, ld4(&s.eb[4][4 * tid]));
 }
 
 }  // namespace kestrel::ops::cuda::kda_chunk

@@ -52,11 +52,19 @@ __device__ __forceinline__ void warp_row_strided(void* out, int64_t out_s, const
 // aligned, pe 4-byte aligned, all three contiguous. Lane l reads nope[16l, 16l + 16) as two
 // 16-byte loads and stores 16 fp8 bytes with one 16-byte store; it reads pe[2l, 2l + 2) with
 // one 4-byte load and stores 2 bytes at out + 512 + 2l. 36 stores of 16 B + 32 of 2 B per row.
-__device__ __forceinline__ void warp_row_fp8_vec(uint8_t* out, const uint16_t* nope, const uint16_t* pe, float scale,
-                                                 int lane) {
+// Split in two so that a warp can have several rows' loads in flight before converting any.
+struct RowIn {
+  uint4 v0, v1;  // nope[16l, 16l + 16)
+  uint32_t pe;   // pe[2l, 2l + 2)
+};
+
+__device__ __forceinline__ RowIn load_row_vec(const uint16_t* nope, const uint16_t* pe, int lane) {
   const uint4* src = reinterpret_cast<const uint4*>(nope) + 2 * lane;
-  const uint4 v0 = __ldg(src), v1 = __ldg(src + 1);
-  const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+  return {__ldg(src), __ldg(src + 1), __ldg(reinterpret_cast<const unsigned int*>(pe) + lane)};
+}
+
+__device__ __forceinline__ void store_row_fp8_vec(uint8_t* out, const RowIn& in, float scale, int lane) {
+  const uint32_t w[8] = {in.v0.x, in.v0.y, in.v0.z, in.v0.w, in.v1.x, in.v1.y, in.v1.z, in.v1.w};
   uint32_t packed[4];
   for (int k = 0; k < 4; ++k) {
     const uint32_t lo = w[2 * k], hi = w[2 * k + 1];  // elements 4k .. 4k + 3, little-endian
@@ -66,10 +74,14 @@ __device__ __forceinline__ void warp_row_fp8_vec(uint8_t* out, const uint16_t* n
                 static_cast<uint32_t>(enc(bf16_bits_to_f32(hi >> 16), scale)) << 24;
   }
   reinterpret_cast<uint4*>(out)[lane] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  const uint32_t p = __ldg(reinterpret_cast<const unsigned int*>(pe) + lane);
-  const uint16_t pe8 = static_cast<uint16_t>(enc(bf16_bits_to_f32(p & 0xffffu), scale)) |
-                       static_cast<uint16_t>(static_cast<uint16_t>(enc(bf16_bits_to_f32(p >> 16), scale)) << 8);
+  const uint16_t pe8 = static_cast<uint16_t>(enc(bf16_bits_to_f32(in.pe & 0xffffu), scale)) |
+                       static_cast<uint16_t>(static_cast<uint16_t>(enc(bf16_bits_to_f32(in.pe >> 16), scale)) << 8);
   reinterpret_cast<uint16_t*>(out + kNope)[lane] = pe8;
+}
+
+__device__ __forceinline__ void warp_row_fp8_vec(uint8_t* out, const uint16_t* nope, const uint16_t* pe, float scale,
+                                                 int lane) {
+  store_row_fp8_vec(out, load_row_vec(nope, pe, lane), scale, lane);
 }
 
 // Host side: whether `t` (unit inner stride, base and outer strides of dims longer than one
