@@ -1,6 +1,7 @@
 // mla_attention benchmarks: absorbed MLA over the paged cache (page_size 64) for decode
 // (q_len 1) and target verify (q_len 2, 4, 8), B sequences of one context length each, at the
-// head counts of Kimi-Linear (32) and K3-class per-GPU shapes (128), bf16 and fp8 caches.
+// head counts of Kimi-Linear (32) and K3-class per-GPU shapes (96 on two GPUs, 128 on one),
+// bf16 and fp8 caches.
 // Bytes: the KV rows read (B * ctx * 576 * element size) + q + o; FLOPs: 2 * H * (576 + 512)
 // per attended key per query (bottom-right causal: query i of n attends ctx - n + i + 1 keys).
 // "-qfp8" cases: an fp8 query (q_scale 0.75) with the fp8 cache, as the engine's fp8 decode and
@@ -76,7 +77,7 @@ void add_mla_attention_benches(Registry& r) {
   };
   for (const auto& dtype_pair : dtypes) {
     const DType dt = dtype_pair.first, q_dt = dtype_pair.second;
-    for (const int64_t H : {32, 128})
+    for (const int64_t H : {32, 96, 128})
       for (const int64_t q_len : {1, 2, 4, 8})
         for (const int64_t B : {1, 8, 32, 128})
           for (const int64_t ctx : {1024, 8192, 32768}) {
