@@ -5,9 +5,6 @@
 // (src/ops/cuda/kda_chunk_prefill.cu): 6 K V + 2 (C + 1) K + 2 (C + 1) V + C^2 / 3, ~133 K.
 // Bytes: token inputs read once, outputs written once, each sequence's state read and written
 // once (and the checkpoints written).
-#include <numeric>
-#include <set>
-
 #include "cases.h"
 #include "kda_bench.h"
 #include "kestrel/ops/kda_chunk_prefill.h"
@@ -24,23 +21,6 @@ constexpr double flops_per_token_head() {
   return 6.0 * kK * kV + 2.0 * (kChunk + 1) * kK + 2.0 * (kChunk + 1) * kV + kChunk * kChunk / 3.0;
 }
 
-// The harness fills index buffers with random integers; cu_seqlens and cu_checkpoints must hold
-// the case's offsets. Written the first time a run sees a buffer (in the warm-up, never timed),
-// as kda::DistinctSlots does.
-class FixedInts {
- public:
-  explicit FixedInts(std::vector<int32_t> v) : vals_(std::make_shared<std::vector<int32_t>>(std::move(v))) {}
-  void ensure(const TensorView& t, Stream stream) const {
-    if (!seen_->insert(t.data).second) return;
-    stream_sync(stream);
-    memcpy_bytes(t.data, Device::cuda, vals_->data(), Device::cpu, vals_->size() * sizeof(int32_t));
-  }
-
- private:
-  std::shared_ptr<std::vector<int32_t>> vals_;
-  std::shared_ptr<std::set<const void*>> seen_ = std::make_shared<std::set<const void*>>();
-};
-
 void add_case(Registry& r, const std::string& name, const std::vector<int64_t>& lens, int64_t H, bool ckpt) {
   const int64_t N = static_cast<int64_t>(lens.size());
   std::vector<int32_t> cu(N + 1, 0), cuk(N + 1, 0);
@@ -51,42 +31,26 @@ void add_case(Registry& r, const std::string& name, const std::vector<int64_t>& 
   const int64_t T = cu[N], slots = N + 1;  // slot 0 is the null slot
   Case c;
   c.name = name;
-  c.buffers = {{"out", DType::bf16, {T, H, kV}},
-               {"state_pool", DType::f32, {slots, H, kV, kK}, Fill::signed_mag(0.05, 0.5)},
-               {"mixed_qkv", DType::bf16, {T, 2 * H * kK + H * kV}},
-               {"raw_g", DType::bf16, {T, H, kK}},
-               {"raw_beta", DType::bf16, {T, H}},
-               {"A_log", DType::f32, {H}},
-               {"dt_bias", DType::f32, {H * kK}},
-               {"cu_seqlens", DType::i32, {N + 1}, Fill::ints(0, 1)},
-               {"state_indices", DType::i32, {N}, Fill::ints(1, N)}};
+  c.buffers = kda::token_buffers(T, slots, H, DType::f32);
+  c.buffers.push_back({"cu_seqlens", DType::i32, {N + 1}, Fill::ints(0, 1)});
+  c.buffers.push_back({"state_indices", DType::i32, {N}, Fill::ints(1, N)});
   if (ckpt) {
     c.buffers.push_back({"checkpoints", DType::f32, {cuk[N], H, kV, kK}});
     c.buffers.push_back({"cu_checkpoints", DType::i32, {N + 1}, Fill::ints(0, 1)});
   }
-  c.bytes = tensor_bytes(DType::bf16, {T, 2 * H * kK + H * kV}) + tensor_bytes(DType::bf16, {T, H, kK}) +
-            tensor_bytes(DType::bf16, {T, H}) + tensor_bytes(DType::bf16, {T, H, kV}) +
-            2 * tensor_bytes(DType::f32, {N, H, kV, kK}) + tensor_bytes(DType::i32, {2 * N + 1}) +
-            tensor_bytes(DType::f32, {H + H * kK}) +
+  c.bytes = kda::token_bytes(T, H) + 2 * tensor_bytes(DType::f32, {N, H, kV, kK}) + tensor_bytes(DType::i32, {2 * N + 1}) +
             (ckpt ? tensor_bytes(DType::f32, {cuk[N], H, kV, kK}) + tensor_bytes(DType::i32, {N + 1}) : 0.0);
   c.flops = flops_per_token_head() * static_cast<double>(T) * H;
-  const kda::DistinctSlots distinct;
-  const FixedInts cu_fill(cu), cuk_fill(cuk);
+  const FixedInts distinct = FixedInts::slots(N), cu_fill(cu), cuk_fill(cuk);
   c.run = [=](const std::vector<TensorView>& b, Stream s) {
-    distinct.ensure(b[8], s);
-    cu_fill.ensure(b[7], s);
+    distinct.ensure(b[8]);
+    cu_fill.ensure(b[7]);
     ops::KdaChunkPrefillArgs a;
-    a.out = b[0];
-    a.state_pool = b[1];
-    a.mixed_qkv = b[2];
-    a.raw_g = b[3];
-    a.raw_beta = b[4];
-    a.A_log = b[5];
-    a.dt_bias = b[6];
+    kda::set_token_args(a, b);
     a.cu_seqlens = b[7];
     a.state_indices = b[8];
     if (ckpt) {
-      cuk_fill.ensure(b[10], s);
+      cuk_fill.ensure(b[10]);
       a.checkpoints = b[9];
       a.cu_checkpoints = b[10];
     }

@@ -17,33 +17,17 @@ void add_kda_packed_decode_benches(Registry& r) {
         Case c;
         c.name = str("kda_packed_decode/B", B, "-H", H, "-K", kK, "-bf16", pool == DType::bf16 ? "-bf16pool" : "");
         const int64_t slots = B + 1;  // slot 0 is the null slot
-        c.buffers = {{"out", DType::bf16, {B, H, kV}},
-                     {"state_pool", pool, {slots, H, kV, kK}, Fill::signed_mag(0.05, 0.5)},
-                     {"mixed_qkv", DType::bf16, {B, 2 * H * kK + H * kV}},
-                     {"raw_g", DType::bf16, {B, H, kK}},
-                     {"raw_beta", DType::bf16, {B, H}},
-                     {"A_log", DType::f32, {H}},
-                     {"dt_bias", DType::f32, {H * kK}},
-                     {"state_indices", DType::i32, {B}, Fill::ints(1, B)}};
-        // The state read and written once; q, k, v, raw_g, raw_beta and indices read, out written;
-        // A_log and dt_bias read once.
-        c.bytes = 2 * tensor_bytes(pool, {B, H, kV, kK}) +
-                  tensor_bytes(DType::bf16, {B, 2 * H * kK + H * kV}) + tensor_bytes(DType::bf16, {B, H, kK}) +
-                  tensor_bytes(DType::bf16, {B, H}) + tensor_bytes(DType::i32, {B}) +
-                  tensor_bytes(DType::bf16, {B, H, kV}) + tensor_bytes(DType::f32, {H + H * kK});
+        c.buffers = kda::token_buffers(B, slots, H, pool);
+        c.buffers.push_back({"state_indices", DType::i32, {B}, Fill::ints(1, B)});
+        // The state read and written once; the token inputs; the indices read.
+        c.bytes = 2 * tensor_bytes(pool, {B, H, kV, kK}) + kda::token_bytes(B, H) + tensor_bytes(DType::i32, {B});
         // Per state element: decay, the k dot (mul + add), the update (fma), the q dot (mul + add).
         c.flops = 7.0 * B * H * kK * kV;
-        const kda::DistinctSlots distinct;
+        const FixedInts distinct = FixedInts::slots(B);
         c.run = [distinct](const std::vector<TensorView>& b, Stream s) {
-          distinct.ensure(b[7], s);
+          distinct.ensure(b[7]);
           ops::KdaPackedDecodeArgs a;
-          a.out = b[0];
-          a.state_pool = b[1];
-          a.mixed_qkv = b[2];
-          a.raw_g = b[3];
-          a.raw_beta = b[4];
-          a.A_log = b[5];
-          a.dt_bias = b[6];
+          kda::set_token_args(a, b);
           a.state_indices = b[7];
           ops::kda_packed_decode(ops::Backend::cuda, a, s);
         };

@@ -17,32 +17,18 @@ void add_kda_recurrent_benches(Registry& r) {
       Case c;
       c.name = str("kda_recurrent/N", N, "-T", T, "-H", H, "-K", kK, "-bf16");
       const int64_t slots = N * S + 1;  // slot 0 is the null slot
-      c.buffers = {{"out", DType::bf16, {rows, H, kV}},
-                   {"state_pool", DType::f32, {slots, H, kV, kK}, Fill::signed_mag(0.05, 0.5)},
-                   {"mixed_qkv", DType::bf16, {rows, 2 * H * kK + H * kV}},
-                   {"raw_g", DType::bf16, {rows, H, kK}},
-                   {"raw_beta", DType::bf16, {rows, H}},
-                   {"A_log", DType::f32, {H}},
-                   {"dt_bias", DType::f32, {H * kK}},
-                   {"slot_table", DType::i32, {N, S}, Fill::ints(1, N * S)},
-                   {"num_accepted", DType::i32, {N}, Fill::ints(1, S)}};
-      // The state read once and written to T columns; token inputs read, out written.
-      c.bytes = (1 + T) * tensor_bytes(DType::f32, {N, H, kV, kK}) +
-                tensor_bytes(DType::bf16, {rows, 2 * H * kK + H * kV}) + tensor_bytes(DType::bf16, {rows, H, kK}) +
-                tensor_bytes(DType::bf16, {rows, H}) + tensor_bytes(DType::i32, {N, S + 1}) +
-                tensor_bytes(DType::bf16, {rows, H, kV}) + tensor_bytes(DType::f32, {H + H * kK});
+      c.buffers = kda::token_buffers(rows, slots, H, DType::f32);
+      c.buffers.push_back({"slot_table", DType::i32, {N, S}, Fill::ints(1, N * S)});
+      c.buffers.push_back({"num_accepted", DType::i32, {N}, Fill::ints(1, S)});
+      // The state read once and written to T columns; the token inputs; table and num_accepted read.
+      c.bytes = (1 + T) * tensor_bytes(DType::f32, {N, H, kV, kK}) + kda::token_bytes(rows, H) +
+                tensor_bytes(DType::i32, {N, S + 1});
       c.flops = 7.0 * rows * H * kK * kV;
-      const kda::DistinctSlots distinct;
+      const FixedInts distinct = FixedInts::slots(N * S);
       c.run = [distinct](const std::vector<TensorView>& b, Stream s) {
-        distinct.ensure(b[7], s);
+        distinct.ensure(b[7]);
         ops::KdaRecurrentArgs a;
-        a.out = b[0];
-        a.state_pool = b[1];
-        a.mixed_qkv = b[2];
-        a.raw_g = b[3];
-        a.raw_beta = b[4];
-        a.A_log = b[5];
-        a.dt_bias = b[6];
+        kda::set_token_args(a, b);
         a.slot_table = b[7];
         a.num_accepted = b[8];
         ops::kda_recurrent(ops::Backend::cuda, a, s);

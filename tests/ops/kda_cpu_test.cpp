@@ -124,6 +124,26 @@ struct Tokens {
     a.dt_bias = dt_bias;
     a.lower_bound = lower_bound;
   }
+  // kda_packed_decode (CPU) of rows [r0, r0 + n).
+  void decode(int64_t r0, int64_t n, const TensorView& out, const TensorView& pool, const TensorView& idx) const {
+    KdaPackedDecodeArgs a;
+    rows_into(a, r0, n);
+    a.out = out;
+    a.state_pool = pool;
+    a.state_indices = idx;
+    kda_packed_decode(kCpu, a);
+  }
+  // kda_recurrent (CPU) of rows [r0, r0 + n).
+  void verify(int64_t r0, int64_t n, const TensorView& out, const TensorView& pool, const TensorView& table,
+              const TensorView& accepted) const {
+    KdaRecurrentArgs a;
+    rows_into(a, r0, n);
+    a.out = out;
+    a.state_pool = pool;
+    a.slot_table = table;
+    a.num_accepted = accepted;
+    kda_recurrent(kCpu, a);
+  }
 };
 
 Tensor state_pool(int64_t slots, int64_t H, std::mt19937_64& rng) {
@@ -154,12 +174,7 @@ TEST(KdaCpu, GateBetaAndNormValues) {
   std::memset(pool.data(), 0, static_cast<size_t>(pool.bytes()));
   Tensor out = Tensor::empty({1, 1, V}, DType::f32);
   Tensor idx = ints({1});
-  KdaPackedDecodeArgs a;
-  x.rows_into(a, 0, 1);
-  a.out = out;
-  a.state_pool = pool;
-  a.state_indices = idx;
-  kda_packed_decode(kCpu, a);
+  x.decode(0, 1, out, pool, idx);
   std::vector<double> q(K), k(K);
   double qq = 0, kk = 0;
   for (int64_t i = 0; i < K; ++i) {
@@ -186,12 +201,7 @@ TEST(KdaCpu, GateBetaAndNormValues) {
       put(y.A_log, 0, 0.0f);
       Tensor p = Tensor::empty({2, 1, V, K}, DType::f32);
       for (int64_t i = 0; i < V * K; ++i) p.view().ptr<float>()[V * K + i] = 1.0f;
-      KdaPackedDecodeArgs b;
-      y.rows_into(b, 0, 1);
-      b.out = out;
-      b.state_pool = p;
-      b.state_indices = idx;
-      kda_packed_decode(kCpu, b);
+      y.decode(0, 1, out, p, idx);
       const double sp = raw > 20 ? raw : std::log1p(std::exp(static_cast<double>(raw)));
       const double g = lb ? -5.0 / (1 + std::exp(-static_cast<double>(raw))) : -sp;
       EXPECT_NEAR(p.view().ptr<float>()[V * K + 3], std::exp(g), 1e-7) << "raw_g " << raw << (lb ? " lb" : "");
@@ -209,12 +219,7 @@ TEST(KdaCpu, DecodeMatchesMatrixFormStep) {
   Tensor before = clone(pool);
   Tensor out = Tensor::empty({1, H, V}, DType::f32);
   Tensor idx = ints({2});
-  KdaPackedDecodeArgs a;
-  x.rows_into(a, 0, 1);
-  a.out = out;
-  a.state_pool = pool;
-  a.state_indices = idx;
-  kda_packed_decode(kCpu, a);
+  x.decode(0, 1, out, pool, idx);
   for (int64_t h = 0; h < H; ++h) {
     std::vector<double> q(K), k(K), v(V), alpha(K);
     double qq = 0, kk = 0;
@@ -387,12 +392,7 @@ TEST(KdaCpu, TokenPrefillEqualsDecodeSteps) {
   a.cu_checkpoints = cuk;
   cpu::kda_chunk_prefill_token_by_token(a);
   for (int64_t t = 0; t < L; ++t) {
-    KdaPackedDecodeArgs d;
-    x.rows_into(d, t, 1);
-    d.out = out_b.view().slice(0, t, 1);
-    d.state_pool = pool_b;
-    d.state_indices = slot;
-    kda_packed_decode(kCpu, d);
+    x.decode(t, 1, out_b.view().slice(0, t, 1), pool_b, slot);
     if (t == 63 || t == 127) {
       const int64_t c = t / 64;
       EXPECT_EQ(std::memcmp(ck.view().ptr<float>() + c * H * V * K, pool_b.view().ptr<float>() + 2 * H * V * K,
@@ -419,19 +419,8 @@ TEST(KdaCpu, RecurrentT1EqualsDecode) {
   Tensor acc = ints({1, 1, 1, 1, 1});
   Tensor pool_a = state_pool(18, H, rng), pool_b = clone(pool_a), pool0 = clone(pool_a);
   Tensor out_a = Tensor::empty({N, H, V}, DType::bf16), out_b = Tensor::empty({N, H, V}, DType::bf16);
-  KdaRecurrentArgs r;
-  x.rows_into(r, 0, N);
-  r.out = out_a;
-  r.state_pool = pool_a;
-  r.slot_table = table;
-  r.num_accepted = acc;
-  kda_recurrent(kCpu, r);
-  KdaPackedDecodeArgs d;
-  x.rows_into(d, 0, N);
-  d.out = out_b;
-  d.state_pool = pool_b;
-  d.state_indices = table.view().select(1, 0);  // column 0: stride S
-  kda_packed_decode(kCpu, d);
+  x.verify(0, N, out_a, pool_a, table, acc);
+  x.decode(0, N, out_b, pool_b, table.view().select(1, 0));  // column 0: stride S
   EXPECT_EQ(bytes_of(out_a), bytes_of(out_b));
   EXPECT_EQ(bytes_of(pool_a), bytes_of(pool_b));
   EXPECT_TRUE(all_zero(out_a, 1, 1));
@@ -458,14 +447,8 @@ TEST(KdaCpu, AcceptingKOfNDraftsEqualsDecodingK) {
   const int64_t slots = 1 + N * (S + 1);
   Tensor pool = state_pool(slots, H, rng), pool0 = clone(pool);
   Tensor out1 = Tensor::empty({N * T, H, V}, DType::f32), out2 = Tensor::empty({N * T, H, V}, DType::f32);
-  KdaRecurrentArgs r;
-  x1.rows_into(r, 0, N * T);
-  r.out = out1;
-  r.state_pool = pool;
-  r.slot_table = tab;
   Tensor ones = ints({1, 1, 1, 1});
-  r.num_accepted = ones;
-  kda_recurrent(kCpu, r);
+  x1.verify(0, N * T, out1, pool, tab, ones);
   // Decode reference: a private pool per sequence, started from the same column-0 state.
   Tensor dpool = clone(pool0);
   Tensor dout = Tensor::empty({1, H, V}, DType::f32);
@@ -474,12 +457,7 @@ TEST(KdaCpu, AcceptingKOfNDraftsEqualsDecodingK) {
     const int64_t col0 = 1 + n * (S + 1);
     Tensor idx = ints({col0});
     for (int64_t t = 0; t < T; ++t) {
-      KdaPackedDecodeArgs d;
-      x1.rows_into(d, n * T + t, 1);
-      d.out = dout;
-      d.state_pool = dpool;
-      d.state_indices = idx;
-      kda_packed_decode(kCpu, d);
+      x1.decode(n * T + t, 1, dout, dpool, idx);
       EXPECT_EQ(slot_bytes(pool, col0 + t), slot_bytes(dpool, col0)) << "sequence " << n << " column " << t;
       EXPECT_EQ(std::memcmp(dout.data(), out1.view().ptr<float>() + (n * T + t) * H * V, H * V * 4), 0)
           << "sequence " << n << " token " << t;
@@ -489,24 +467,13 @@ TEST(KdaCpu, AcceptingKOfNDraftsEqualsDecodingK) {
   // Step 2 from num_accepted = a: equals decoding from the state after a accepted tokens.
   Tensor pool_step1 = clone(pool);
   Tensor acc = ints(accepted);
-  KdaRecurrentArgs r2;
-  x2.rows_into(r2, 0, N * T);
-  r2.out = out2;
-  r2.state_pool = pool;
-  r2.slot_table = tab;
-  r2.num_accepted = acc;
-  kda_recurrent(kCpu, r2);
+  x2.verify(0, N * T, out2, pool, tab, acc);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t col0 = 1 + n * (S + 1), a = accepted[n];
     Tensor spool = clone(pool_step1);
     Tensor idx = ints({col0 + a - 1});
     for (int64_t t = 0; t < T; ++t) {
-      KdaPackedDecodeArgs d;
-      x2.rows_into(d, n * T + t, 1);
-      d.out = dout;
-      d.state_pool = spool;
-      d.state_indices = idx;
-      kda_packed_decode(kCpu, d);
+      x2.decode(n * T + t, 1, dout, spool, idx);
       EXPECT_EQ(slot_bytes(pool, col0 + t), slot_bytes(spool, col0 + a - 1)) << "step 2 sequence " << n << " col " << t;
       EXPECT_EQ(std::memcmp(dout.data(), out2.view().ptr<float>() + (n * T + t) * H * V, H * V * 4), 0)
           << "step 2 sequence " << n << " token " << t;
@@ -526,13 +493,7 @@ TEST(KdaCpu, RecurrentPaddingAndSkippedColumns) {
   Tensor acc = ints({1, 1});
   Tensor pool = state_pool(6, H, rng), pool0 = clone(pool);
   Tensor out = Tensor::empty({N * T, H, V}, DType::f32);
-  KdaRecurrentArgs r;
-  x.rows_into(r, 0, N * T);
-  r.out = out;
-  r.state_pool = pool;
-  r.slot_table = table;
-  r.num_accepted = acc;
-  kda_recurrent(kCpu, r);
+  x.verify(0, N * T, out, pool, table, acc);
   EXPECT_TRUE(all_zero(out, 0, T));
   EXPECT_FALSE(all_zero(out, T, T));
   for (int64_t s : {0, 3, 4, 5}) EXPECT_EQ(slot_bytes(pool, s), slot_bytes(pool0, s)) << "slot " << s;
@@ -599,22 +560,11 @@ TEST(KdaCpu, Bf16PoolVerifyColumnsAreDecodeSteps) {
   Tensor acc = ints({1, 1, 1});
   Tensor pool = rounded_to_bf16(state_pool(slots, H, rng)), pool0 = clone(pool);
   Tensor out = Tensor::empty({N * T, H, V}, DType::f32), dout = Tensor::empty({1, H, V}, DType::f32);
-  KdaRecurrentArgs r;
-  x.rows_into(r, 0, N * T);
-  r.out = out;
-  r.state_pool = pool;
-  r.slot_table = table;
-  r.num_accepted = acc;
-  kda_recurrent(kCpu, r);
+  x.verify(0, N * T, out, pool, table, acc);
   for (int64_t n = 0; n < N; ++n) {
     Tensor dpool = clone(pool0), sidx = ints({1 + n * S});
     for (int64_t t = 0; t < T; ++t) {
-      KdaPackedDecodeArgs d;
-      x.rows_into(d, n * T + t, 1);
-      d.out = dout;
-      d.state_pool = dpool;
-      d.state_indices = sidx;
-      kda_packed_decode(kCpu, d);
+      x.decode(n * T + t, 1, dout, dpool, sidx);
       EXPECT_EQ(slot_bytes(pool, 1 + n * S + t), slot_bytes(dpool, 1 + n * S)) << "sequence " << n << " column " << t;
       EXPECT_EQ(std::memcmp(dout.data(), out.view().ptr<float>() + (n * T + t) * H * V, H * V * 4), 0)
           << "sequence " << n << " token " << t;

@@ -42,6 +42,25 @@ inline float round_to(DType t, float v) {
   }
 }
 
+// Calls f(out_offset, x_offset) for every element of `out` (rank 1 .. 4) and the element of
+// `x` (same shape) at the same index, in row-major order; offsets are in elements.
+template <typename F>
+void for_each_pair(const TensorView& out, const TensorView& x, F&& f) {
+  // Views of rank 1..4 seen as rank 4 with leading size-1 dims.
+  int64_t n[4] = {1, 1, 1, 1}, so[4] = {0, 0, 0, 0}, sx[4] = {0, 0, 0, 0};
+  const int lead = 4 - out.rank;
+  for (int d = 0; d < out.rank; ++d) {
+    n[lead + d] = out.size(d);
+    so[lead + d] = out.stride(d);
+    sx[lead + d] = x.stride(d);
+  }
+  for (int64_t i0 = 0; i0 < n[0]; ++i0)
+    for (int64_t i1 = 0; i1 < n[1]; ++i1)
+      for (int64_t i2 = 0; i2 < n[2]; ++i2)
+        for (int64_t i3 = 0; i3 < n[3]; ++i3)
+          f(i0 * so[0] + i1 * so[1] + i2 * so[2] + i3 * so[3], i0 * sx[0] + i1 * sx[1] + i2 * sx[2] + i3 * sx[3]);
+}
+
 inline int64_t load_index(const TensorView& t, int64_t off) {
   const char* p = static_cast<const char*>(t.data) + off * static_cast<int64_t>(dtype_size(t.dtype));
   if (t.dtype == DType::i32) { int32_t i; std::memcpy(&i, p, 4); return i; }

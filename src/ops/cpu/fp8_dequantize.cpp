@@ -8,30 +8,18 @@
 namespace kestrel::ops::cpu {
 
 void fp8_dequantize(const Fp8DequantizeArgs& a) {
-  // Views of rank 1..4 seen as rank 4 with leading size-1 dims.
-  int64_t n[4] = {1, 1, 1, 1}, so[4] = {0, 0, 0, 0}, sx[4] = {0, 0, 0, 0};
-  const int lead = 4 - a.out.rank;
-  for (int d = 0; d < a.out.rank; ++d) {
-    n[lead + d] = a.out.size(d);
-    so[lead + d] = a.out.stride(d);
-    sx[lead + d] = a.x.stride(d);
-  }
-  for (int64_t i0 = 0; i0 < n[0]; ++i0)
-    for (int64_t i1 = 0; i1 < n[1]; ++i1)
-      for (int64_t i2 = 0; i2 < n[2]; ++i2)
-        for (int64_t i3 = 0; i3 < n[3]; ++i3) {
-          const int64_t out_off = i0 * so[0] + i1 * so[1] + i2 * so[2] + i3 * so[3];
-          // dec() is exact; one f32 multiply; one rounding to the output dtype.
-          const float v = load_f32(a.x, i0 * sx[0] + i1 * sx[1] + i2 * sx[2] + i3 * sx[3]) * a.scale;
-          if (std::isnan(v) && a.out.dtype == DType::f32) {
-            // NaN (x = 0x7F or 0xFF) is the canonical f32 NaN 0x7FFFFFFF, whatever its sign;
-            // bf16 and f16 NaNs are canonical (0x7FFF) through store_f32 already.
-            const uint32_t nan_bits = 0x7fffffffu;
-            std::memcpy(static_cast<float*>(a.out.data) + out_off, &nan_bits, 4);
-            continue;
-          }
-          store_f32(a.out, out_off, v);
-        }
+  for_each_pair(a.out, a.x, [&](int64_t out_off, int64_t x_off) {
+    // dec() is exact; one f32 multiply; one rounding to the output dtype.
+    const float v = load_f32(a.x, x_off) * a.scale;
+    if (std::isnan(v) && a.out.dtype == DType::f32) {
+      // NaN (x = 0x7F or 0xFF) is the canonical f32 NaN 0x7FFFFFFF, whatever its sign;
+      // bf16 and f16 NaNs are canonical (0x7FFF) through store_f32 already.
+      const uint32_t nan_bits = 0x7fffffffu;
+      std::memcpy(static_cast<float*>(a.out.data) + out_off, &nan_bits, 4);
+      return;
+    }
+    store_f32(a.out, out_off, v);
+  });
 }
 
 }  // namespace kestrel::ops::cpu

@@ -49,20 +49,10 @@ Gen fp8_quantize_inputs(float scale) {
 }  // namespace
 
 void add_fp8_quantize_cases(Registry& r, Size size) {
-  struct ShapeN { Shape shape; Size size; };
-  const ShapeN shapes[] = {{{1000}, Size::ci},           {{33, 577}, Size::ci},         {{3, 17, 65}, Size::ci},
-                           {{2, 3, 5, 129}, Size::ci},   {{1, 1}, Size::ci},            {{4096, 7168}, Size::full},
-                           {{300, 32, 576}, Size::full}, {{2, 64, 32, 129}, Size::full}};
-  struct Layouts { const char* name; Layout x, out; };
-  const Layouts layouts[] = {
-      {"contig", Layout::contiguous, Layout::contiguous},
-      {"padded-transposed", Layout::padded, Layout::transposed},
-      {"transposed-contig", Layout::transposed, Layout::contiguous},
-      {"istride2-padded", Layout::inner_strided, Layout::padded},
-  };
+  const auto& layouts = kElementwiseLayouts;
   const float scales[] = {1.0f, 0.25f, 0.0173f, 3.7f};
   const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
-  for (const ShapeN& sh : shapes) {
+  for (const ElementwiseShape& sh : kElementwiseShapes) {
     if (sh.size == Size::full && size != Size::full) continue;
     for (int di = 0; di < 3; ++di) {
       for (int li = 0; li < 4; ++li) {
