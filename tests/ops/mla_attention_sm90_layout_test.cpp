@@ -241,6 +241,22 @@ TEST(MlaAttentionSm90Layout, WriterPiecesAreABijectionWithoutBankConflicts) {
   }
 }
 
+// The producer's closed form visits the same pieces as the general order.
+TEST(MlaAttentionSm90Layout, ProducerPiecesAreTheWriterOrder) {
+  for (int rows : {16, 32}) {
+    const int per_u = rows / 16;
+    for (int wt = 0; wt < 128; ++wt)
+      for (int u = 0; u < 9; ++u)
+        for (int h = 0; h < per_u; ++h) {
+          int row, piece, row_ref, piece_ref;
+          sm::producer_piece(wt, h, u, row, piece);
+          sm::piece_of(wt + 128 * (u * per_u + h), rows, row_ref, piece_ref);
+          ASSERT_EQ(row, row_ref) << "rows " << rows << " wt " << wt << " u " << u << " h " << h;
+          ASSERT_EQ(piece, piece_ref) << "rows " << rows << " wt " << wt << " u " << u << " h " << h;
+        }
+  }
+}
+
 TEST(MlaAttentionSm90Layout, DescriptorFields) {
   // The fields as the PTX ISA table places them, for one Q, K and V descriptor.
   const uint64_t q = sm::q_desc(0x400, 5);  // chunk 1, step 1 inside it: 0x400 + 8192 + 32

@@ -117,6 +117,7 @@ constexpr int kStages = 2;             // KV tiles in the ring
 constexpr int kRawSlots = 3;           // staging slots of 18,432 B
 constexpr int kRawSlotBytes = 18432;   // 16 bf16 rows or 32 fp8 rows
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+constexpr bool kSplitP = true;         // P as hi + lo bf16 (see "P precision")
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
 
 // Shared-memory map, offsets from the 1024-aligned base.
@@ -164,59 +165,79 @@ struct Staging {
 
 enum : uint8_t { kRowZero = 0, kRowCopy = 1, kRowNan = 2 };
 
-// Warp 0 of the producer: stages chunk i of the row tile (staged-chunk counter q) into slot
-// q % 3: lane r < rows-per-chunk owns KV position pos0 + r, records its status, and copies its
-// row when it holds data; lane 0 announces the bytes on raw_full first.
+// Warp 0 of the producer stages chunk i of the row tile (staged-chunk counter q) into slot
+// q % 3 in two steps: lookup (lane r < rows-per-chunk finds the cache row of KV position
+// pos0 + r: a block-table load) is issued before the relayout of an earlier chunk, so that its
+// latency hides behind that work; issue (after the slot is free) records the statuses,
+// announces the bytes on raw_full (lane 0) and starts the copies.
+struct StagedRow {
+  const uint8_t* row;
+  uint8_t status;
+};
+
 template <bool kFp8>
-__device__ __forceinline__ void stage_chunk(const MlaAttentionParams& p, int b, const SeqPlan& s, const TilePlan& tp,
-                                            uint32_t base, uint8_t* base_ptr, int i, uint32_t q, int lane) {
+__device__ __forceinline__ StagedRow lookup_row(const MlaAttentionParams& p, int b, const SeqPlan& s, const TilePlan& tp,
+                                                int i, int lane) {
   using St = Staging<kFp8>;
-  const int slot = static_cast<int>(q % kRawSlots);
   const int pos = s.begin + (i / St::kChunksPerTile) * kKeys + (i % St::kChunksPerTile) * St::kRowsPerChunk + lane;
-  uint8_t status = kRowZero;
-  const uint8_t* row = nullptr;
+  StagedRow r{nullptr, kRowZero};
   if (lane < St::kRowsPerChunk && pos < tp.kv_end) {
     bool nan = false;
-    row = kv_row(p, b, pos, nan);
-    status = nan ? kRowNan : kRowCopy;
+    r.row = kv_row(p, b, pos, nan);
+    r.status = nan ? kRowNan : kRowCopy;
   }
-  if (lane < St::kRowsPerChunk) base_ptr[kOffStatus + slot * 32 + lane] = status;
-  const unsigned copies = __ballot_sync(0xffffffffu, status == kRowCopy);
+  return r;
+}
+
+template <bool kFp8>
+__device__ __forceinline__ void issue_chunk(uint32_t base, uint8_t* base_ptr, const StagedRow& r, uint32_t q, int lane) {
+  using St = Staging<kFp8>;
+  const int slot = static_cast<int>(q % kRawSlots);
+  if (lane < St::kRowsPerChunk) base_ptr[kOffStatus + slot * 32 + lane] = r.status;
+  const unsigned copies = __ballot_sync(0xffffffffu, r.status == kRowCopy);
   __syncwarp();  // status bytes before lane 0's arrive (release), which the readers acquire
   const uint32_t bar = base + kBarRaw + 8 * slot;
   if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(copies)) * St::kRowBytes);
   __syncwarp();  // the expected bytes are announced before any copy can complete
-  if (status == kRowCopy)
-    bulk_copy_g2s(base + kOffRaw + slot * kRawSlotBytes + lane * St::kRowBytes, row, St::kRowBytes, bar);
+  if (r.status == kRowCopy)
+    bulk_copy_g2s(base + kOffRaw + slot * kRawSlotBytes + lane * St::kRowBytes, r.row, St::kRowBytes, bar);
 }
 
 // All 128 producer threads: staged chunk in `slot` -> rows kr0 .. of the swizzled bf16 tile.
+// Thread wt takes rows wt / 8 + 16 h and pieces u * 8 + wt % 8 (producer_piece: the
+// conflict-free order, status and addresses once per row).
 template <bool kFp8>
 __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint8_t* tile, int kr0, int wt) {
   using St = Staging<kFp8>;
+  constexpr int kPieceBytes = kFp8 ? 8 : 16;  // 8 values of the staged row
   const uint8_t* raw = base_ptr + kOffRaw + slot * kRawSlotBytes;
   const uint8_t* status = base_ptr + kOffStatus + slot * 32;
-  constexpr int kPieces = St::kRowsPerChunk * (kDqk / 8);  // 8 values each
-  static_assert(kPieces % 128 == 0);
-#pragma unroll 3
-  for (int u = 0; u < kPieces / 128; ++u) {
-    int r, c8;  // conflict-free piece order (piece_of)
-    piece_of(wt + u * 128, St::kRowsPerChunk, r, c8);
+  const int c = wt % 8;
+#pragma unroll
+  for (int h = 0; h < St::kRowsPerChunk / 16; ++h) {
+    int r, piece0;
+    producer_piece(wt, h, 0, r, piece0);
     const uint8_t st = status[r];
-    uint4 v;
+    const uint8_t* src = raw + r * St::kRowBytes + c * kPieceBytes;
+    uint8_t* dst = tile + sw128_offset(kKeys, kr0 + r, piece0 * 8);  // + u * kKvChunkBytes for piece u * 8 + c
     if (st == kRowCopy) {
-      if constexpr (kFp8) {
-        const uint2 w = *reinterpret_cast<const uint2*>(raw + r * St::kRowBytes + c8 * 8);
-        v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
-                       fp8x2_to_bf16x2(w.y >> 16));
-      } else {
-        v = *reinterpret_cast<const uint4*>(raw + r * St::kRowBytes + c8 * 16);
+#pragma unroll
+      for (int u = 0; u < kColChunks; ++u) {
+        uint4 v;
+        if constexpr (kFp8) {
+          const uint2 w = *reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes);
+          v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                         fp8x2_to_bf16x2(w.y >> 16));
+        } else {
+          v = *reinterpret_cast<const uint4*>(src + u * 8 * kPieceBytes);
+        }
+        *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = v;
       }
     } else {
       const uint32_t fill = st == kRowNan ? 0x7fc07fc0u : 0u;  // bf16 NaN, or zeros
-      v = make_uint4(fill, fill, fill, fill);
+#pragma unroll
+      for (int u = 0; u < kColChunks; ++u) *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = make_uint4(fill, fill, fill, fill);
     }
-    *reinterpret_cast<uint4*>(tile + sw128_offset(kKeys, kr0 + r, c8 * 8)) = v;
   }
 }
 
@@ -230,17 +251,20 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
     if (tp.ntiles <= 0) continue;
     const int nchunks = tp.ntiles * St::kChunksPerTile;
     if (wt < 32)
-      for (int i = 0; i < min(kRawSlots, nchunks); ++i) stage_chunk<kFp8>(p, b, s, tp, base, base_ptr, i, q_run + i, wt);
+      for (int i = 0; i < min(kRawSlots, nchunks); ++i)
+        issue_chunk<kFp8>(base, base_ptr, lookup_row<kFp8>(p, b, s, tp, i, wt), q_run + i, wt);
     for (int i = 0; i < nchunks; ++i) {
       const uint32_t q = q_run + i, ti = ti_run + i / St::kChunksPerTile;
       const int slot = static_cast<int>(q % kRawSlots), st = static_cast<int>(ti % kStages);
+      const bool refill = wt < 32 && i + kRawSlots < nchunks;
+      StagedRow next{nullptr, kRowZero};
+      if (refill) next = lookup_row<kFp8>(p, b, s, tp, i + kRawSlots, wt);  // in flight during the relayout
       if (i % St::kChunksPerTile == 0) mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
       mbar_wait(base + kBarRaw + 8 * slot, (q / kRawSlots) & 1);
       relayout_chunk<kFp8>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
                            wt);
       named_bar_sync(kBarProducer, 128);  // every thread is done with the slot and its status bytes
-      if (wt < 32 && i + kRawSlots < nchunks)
-        stage_chunk<kFp8>(p, b, s, tp, base, base_ptr, i + kRawSlots, q + kRawSlots, wt);
+      if (refill) issue_chunk<kFp8>(base, base_ptr, next, q + kRawSlots, wt);
       if (i % St::kChunksPerTile == St::kChunksPerTile - 1) {
         fence_proxy_async();
         mbar_arrive(base + kBarFull + 8 * st);
@@ -379,8 +403,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kv, c, ks));
+      if constexpr (kSplitP) {
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kv, c, ks));
+        for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kv, c, ks));
+      }
       wgmma_commit();
     }
     wgmma_wait<0>();  // (nothing pending when the row tile had no KV tile)

@@ -53,6 +53,18 @@ KESTREL_SM90_HD void piece_of(int idx, int rows, int& row, int& piece) {
   piece = (idx / 8 / rows) * 8 + idx % 8;  // values piece*8 .. piece*8+7 of the row
 }
 
+// The producer's relayout order in closed form. Thread wt (0 .. 127) of the producer
+// warpgroup, relaying a staged chunk of `rows_per_chunk` (16 or 32) rows, writes row
+// wt / 8 + 16 h (h < rows_per_chunk / 16), pieces u * 8 + wt % 8 (u < 9): exactly the pieces
+// piece_of(wt + 128 (u * rows_per_chunk / 16 + h), rows_per_chunk) gives (tested), so the
+// stores stay conflict-free, but with the row's status and both addresses computed once per
+// row instead of per piece (the general form cost ~60 instructions per 16-byte piece and left
+// the producer, one warp per scheduler, latency-bound at ~5,800 cycles per tile on the H200).
+KESTREL_SM90_HD void producer_piece(int wt, int h, int u, int& row, int& piece) {
+  row = wt / 8 + 16 * h;
+  piece = u * 8 + wt % 8;
+}
+
 // ---- matrix descriptors (PTX ISA "Matrix Descriptor Format") --------------------------------
 // bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
 // 49-51 base offset (0: every pattern starts on a 1024-byte boundary), 62-63 swizzle (1 = 128 B).
