@@ -10,7 +10,9 @@
 // expects, the producer never rewrites a KV stage while a consumer warp may still read it
 // (from its full wait to its empty arrival), and every consumer warp reads exactly the tile it
 // expects, for random row-tile lists (tiles per row tile 0 .. 6) with bf16 (2 chunks per tile)
-// and fp8 (1 chunk per tile) staging.
+// and fp8 (1 chunk per tile) staging, and in TMA mode (chunks per tile 0 here: thread 0 loads
+// whole tiles; a row tile's last tile may be partial: it lands on `landing`, every producer
+// warp zeroes its tail, warp 0 arrives on full).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -51,14 +53,15 @@ struct MBar {
 
 struct Sim {
   Model m;
-  MBar full[kStages], empty[kStages], raw[kRawSlots];
+  MBar full[kStages], empty[kStages], raw[kRawSlots], landing;
   // Named barriers: id -> (arrived, generation).
   int nb_arrived[5] = {}, nb_gen[5] = {};
   // Contents.
   long stage_tile[kStages] = {-1, -1};
   int stage_readers[kStages] = {};
   long raw_chunk[kRawSlots] = {-1, -1, -1};
-  std::deque<std::pair<int, long>> dma;  // (slot, chunk)
+  std::deque<std::pair<int, long>> dma;  // (slot, chunk); slot -1 - st: a tile into stage st (TMA)
+  std::vector<MBar*> dma_bar;            // the barrier each queued copy completes on
   bool dma_stop = false;
 
   void init_bar(MBar& b, int count) { b.expected = b.pending = count; }
@@ -144,9 +147,58 @@ void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int chunks_
       if (bug == 3 && w == 0 && i + kRawSlots < nchunks) stage_chunk(i + kRawSlots, q + kRawSlots);
       s.named_sync(4, 4);
       if (bug != 3 && w == 0 && i + kRawSlots < nchunks) stage_chunk(i + kRawSlots, q + kRawSlots);
-      if (i % chunks_per_tile == chunks_per_tile - 1) s.arrive(s.full[st]);  // (x32 threads: count in warps)
+      if (w == 0 && i % chunks_per_tile == chunks_per_tile - 1) s.arrive(s.full[st]);  // after the barrier, for all
     }
     q_run += nchunks;
+    ti_run += ntiles;
+  }
+}
+
+// TMA mode: warp 0 loads full tiles alone (arrive.expect_tx on full, the copy engine writes the
+// stage); a partial tile (partial_of[k]: the row tile's last) lands on `landing`, all warps
+// "zero the tail" (write the stage), barrier, warp 0 arrives on full. Planted bugs as in
+// producer_warp (1: empty parity without ^ 1).
+void producer_tma_warp(Sim& s, int w, const std::vector<int>& ntiles_of, const std::vector<bool>& partial_of, int bug) {
+  unsigned ti_run = 0, landed = 0;
+  auto queue_tile = [&](int st, unsigned ti, MBar& bar) {
+    s.arrive_expect_tx(bar, 36864);
+    std::lock_guard<std::mutex> g(s.m.mu);
+    if (s.stage_readers[st] != 0)
+      s.m.fail_locked("TMA into stage " + std::to_string(st) + " for tile " + std::to_string(ti) + " while " +
+                      std::to_string(s.stage_readers[st]) + " consumer warps read it");
+    s.dma.emplace_back(-1 - st, static_cast<long>(ti));
+    s.dma_bar.push_back(&bar);
+    s.m.cv.notify_all();
+  };
+  for (size_t k = 0; k < ntiles_of.size(); ++k) {
+    const int ntiles = ntiles_of[k];
+    if (ntiles <= 0) continue;
+    for (int j = 0; j < ntiles; ++j) {
+      const unsigned ti = ti_run + j;
+      const int st = static_cast<int>(ti % kStages);
+      const unsigned parity = ((ti / kStages) & 1) ^ (bug == 1 ? 0u : 1u);
+      if (!(partial_of[k] && j == ntiles - 1)) {
+        if (w != 0) continue;
+        s.wait(s.empty[st], parity);
+        queue_tile(st, ti, s.full[st]);
+        continue;
+      }
+      if (w == 0) s.wait(s.empty[st], parity);
+      if (w == 0) queue_tile(st, ti, s.landing);
+      s.wait(s.landing, landed & 1);
+      ++landed;
+      {  // zero the tail: write the stage
+        std::lock_guard<std::mutex> g(s.m.mu);
+        if (s.stage_readers[st] != 0)
+          s.m.fail_locked("producer warp " + std::to_string(w) + " zeroes stage " + std::to_string(st) + " while " +
+                          std::to_string(s.stage_readers[st]) + " consumer warps read it");
+        if (s.stage_tile[st] != static_cast<long>(ti))
+          s.m.fail_locked("producer warp " + std::to_string(w) + " zeroes stage " + std::to_string(st) + " holding tile " +
+                          std::to_string(s.stage_tile[st]) + ", expected " + std::to_string(ti));
+      }
+      s.named_sync(4, 4);
+      if (w == 0) s.arrive(s.full[st]);
+    }
     ti_run += ntiles;
   }
 }
@@ -199,11 +251,17 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug) {
 std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, uint64_t seed, int bug = 0) {
   Sim s;
   for (int st = 0; st < kStages; ++st) {
-    s.init_bar(s.full[st], 4);   // 128 producer threads, modelled as 4 warps
+    s.init_bar(s.full[st], 1);   // one producer thread (after the producer barrier / with the TMA bytes)
     s.init_bar(s.empty[st], 8);  // 8 consumer warps
   }
   for (int r = 0; r < kRawSlots; ++r) s.init_bar(s.raw[r], 1);
-  const int row_bytes = chunks_per_tile == 2 ? 1152 : 576;
+  s.init_bar(s.landing, 1);
+  std::vector<bool> partial_of(ntiles_of.size());
+  {
+    std::mt19937_64 rng(seed ^ 0x5eed);
+    for (size_t k = 0; k < partial_of.size(); ++k) partial_of[k] = rng() % 2 == 0;
+  }
+  const int row_bytes = chunks_per_tile == 1 ? 576 : 1152;
   std::thread dma([&] {  // the copy engine: completes queued copies in random order, late
     std::mt19937_64 rng(seed);
     std::unique_lock<std::mutex> g(s.m.mu);
@@ -212,17 +270,34 @@ std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, ui
       if (s.dma_stop || s.m.failed) return;
       const size_t k = rng() % s.dma.size();
       const auto [slot, chunk] = s.dma[k];
+      MBar* bar = s.dma_bar.empty() ? nullptr : s.dma_bar[k];
       s.dma.erase(s.dma.begin() + static_cast<long>(k));
+      if (!s.dma_bar.empty()) s.dma_bar.erase(s.dma_bar.begin() + static_cast<long>(k));
       g.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
       g.lock();
+      if (slot < 0) {  // a TMA tile into stage -1 - slot
+        const int st = -1 - slot;
+        if (s.stage_readers[st] != 0) s.m.fail_locked("TMA lands in stage " + std::to_string(st) + " under its readers");
+        s.stage_tile[st] = chunk;
+        bar->tx -= 36864;
+        s.maybe_complete(*bar);
+        continue;
+      }
       s.raw_chunk[slot] = chunk;
       s.raw[slot].tx -= static_cast<long>(32 / chunks_per_tile) * row_bytes;
       s.maybe_complete(s.raw[slot]);
     }
   });
   std::vector<std::thread> warps;
-  for (int w = 0; w < 4; ++w) warps.emplace_back([&, w] { producer_warp(s, w, ntiles_of, chunks_per_tile, row_bytes, bug); });
+  for (int w = 0; w < 4; ++w)
+    warps.emplace_back([&, w] {
+      if (chunks_per_tile == 0) {
+        producer_tma_warp(s, w, ntiles_of, partial_of, bug);
+      } else {
+        producer_warp(s, w, ntiles_of, chunks_per_tile, row_bytes, bug);
+      }
+    });
   for (int w = 0; w < 8; ++w) warps.emplace_back([&, w] { consumer_warp(s, w, ntiles_of, bug); });
   std::atomic<bool> done{false};
   std::thread watchdog([&] {
@@ -246,7 +321,7 @@ TEST(MlaAttentionSm90Protocol, RandomRowTilesBothStagings) {
   for (int iter = 0; iter < 40; ++iter) {
     std::vector<int> ntiles(1 + rng() % 5);
     for (int& n : ntiles) n = static_cast<int>(rng() % 7);
-    for (int chunks : {2, 1}) {
+    for (int chunks : {2, 1, 0}) {
       const std::string err = run_model(ntiles, chunks, rng());
       std::string list;
       for (int n : ntiles) list += std::to_string(n) + " ";
@@ -262,6 +337,8 @@ TEST(MlaAttentionSm90Protocol, PlantedBugsAreCaught) {
   EXPECT_NE(run_model(tiles, 2, 1, 1), "") << "empty parity without ^ 1";
   EXPECT_NE(run_model(tiles, 2, 2, 2), "") << "stage released before it is read";
   EXPECT_NE(run_model(tiles, 2, 3, 3), "") << "slot refilled before the producer barrier";
+  EXPECT_NE(run_model(tiles, 0, 4, 1), "") << "TMA: empty parity without ^ 1";
+  EXPECT_NE(run_model(tiles, 0, 5, 2), "") << "TMA: stage released before it is read";
 }
 
 }  // namespace

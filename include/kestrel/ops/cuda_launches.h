@@ -3,7 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace kestrel::ops::cuda {
 uint64_t launch_count();
+// While set (not null), every launch also appends its kernel's name to *log (for tests that
+// must tell two kernels of one op apart, e.g. the TMA and relayout modes of mla_attention).
+void set_launch_log(std::vector<std::string>* log);
 }

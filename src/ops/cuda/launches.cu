@@ -2,6 +2,8 @@
 // stream-ordered scratch.
 #include <mutex>
 #include <set>
+#include <string>
+#include <vector>
 #include <utility>
 
 #include "common.cuh"
@@ -10,12 +12,23 @@ namespace kestrel::ops::cuda {
 
 namespace {
 std::atomic<uint64_t> g_launches{0};
-}
+std::mutex g_log_mu;
+std::vector<std::string>* g_log = nullptr;
+}  // namespace
 
 uint64_t launch_count() { return g_launches.load(); }
 
+void set_launch_log(std::vector<std::string>* log) {
+  std::lock_guard<std::mutex> lock(g_log_mu);
+  g_log = log;
+}
+
 void note_launch(const char* kernel) {
   g_launches.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    if (g_log != nullptr) g_log->emplace_back(kernel);
+  }
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess)
     throw Error(str("CUDA launch of ", kernel, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));

@@ -48,12 +48,12 @@
 // averaging. So the split stays (same arithmetic as v1, same error); it costs PV tensor time
 // (3.28 M instead of 2.23 M MACs per tile) and the V reads twice.
 //
-// Shared memory (dynamic, from a 1024-byte-aligned base; 220,312 B with the alignment slack):
+// Shared memory (dynamic, from a 1024-byte-aligned base; 220,320 B with the alignment slack):
 //   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
 //   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle
 //   raw    3 slots x 18,432             55,296  staged rows: 16 bf16 rows or 32 fp8 rows
 //   xs     [2 WG][4][128 thr] float4    16,384  partial-score exchange
-//   status [3 slots][32] u8, mbarriers full[2], empty[2], raw_full[3].
+//   status [3 slots][32] u8, mbarriers full[2], empty[2], raw_full[3], landing.
 // Every chunk starts on a 1024-byte boundary, so the descriptors use base offset 0. Layouts
 // (K-major SW128 for Q and K, MN-major SW128 for V, LBO 4096 / SBO 1024) and descriptor
 // arithmetic: mla_attention_sm90_layout.h.
@@ -95,7 +95,9 @@
 //   B128 8k H128 (256 CTAs, 2 waves): bf16 ~650-750 us (v1 2801, FlashMLA 472).
 // The next steps these numbers point at: Q as a register A operand (-74 KB smem per tile),
 // TMA with hardware swizzle for bf16, 64-key tiles once the ring fits.
+#include <cuda.h>  // CUtensorMap (a plain struct; the encoder comes from the runtime)
 #include <cuda_fp8.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 
@@ -129,10 +131,11 @@ constexpr uint32_t kXsBytes = 2 * 16 * 128 * 4;
 constexpr uint32_t kOffStatus = kOffXs + kXsBytes;
 constexpr uint32_t kOffBar = kOffStatus + kRawSlots * 32;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages, kBarRaw = kOffBar + 16 * kStages;
-constexpr uint32_t kSmemUsed = kBarRaw + 8 * kRawSlots;
+constexpr uint32_t kBarLanding = kBarRaw + 8 * kRawSlots;
+constexpr uint32_t kSmemUsed = kBarLanding + 8;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 static_assert(kOffKv % 1024 == 0 && kKvBytes % 1024 == 0 && kOffRaw % 16 == 0 && kOffXs % 16 == 0 && kOffBar % 8 == 0);
-static_assert(kSmemBytes == 220312 && kSmemBytes <= 232448, "the design note states the shared-memory size");
+static_assert(kSmemBytes == 220320 && kSmemBytes <= 232448, "the design note states the shared-memory size");
 
 // Named barriers (0 is __syncthreads).
 constexpr int kBarXsFree = 1, kBarXsFull = 2, kBarQ = 3, kBarProducer = 4;
@@ -241,10 +244,82 @@ __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint
   }
 }
 
+// TMA mode (bf16 cache, page_size % 32 == 0, a tensor map over the cache as [num_pages]
+// [page_size][576]): thread 0 loads each 32-key tile (within one page) with 9 tensor copies of
+// 64 columns x 32 rows, which the hardware writes 128-byte-swizzled into the stage: no
+// staging, no relayout, no work per byte. The one exception is a tile that ends past kv_end
+// (the last of a row tile, at most one per row tile): its rows past kv_end hold whatever the
+// page holds, and P = 0 there does not cancel a NaN, so that tile lands on `landing` first,
+// all 128 threads zero those rows (as the relayout path does) and thread 0 then arrives on full.
+__device__ __forceinline__ int page_of(const MlaAttentionParams& p, int b, int pos) {
+  return p.block_table[b * p.bt_s0 + (pos / p.page_size) * p.bt_s1];
+}
+
+__device__ __forceinline__ void producer_tma(const MlaAttentionParams& p, const CUtensorMap& map, int b, const SeqPlan& s,
+                                             uint32_t base, uint8_t* base_ptr, int wt) {
+  uint32_t ti_run = 0, landed = 0;  // tiles loaded / partial tiles landed so far (over row tiles)
+  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+    const TilePlan tp = tile_plan(p, s, mt);
+    if (tp.ntiles <= 0) continue;
+    int page_next = wt == 0 ? page_of(p, b, s.begin) : 0;
+    for (int j = 0; j < tp.ntiles; ++j) {
+      const uint32_t ti = ti_run + j;
+      const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys, page = page_next;
+      const int valid = tp.kv_end - pos;  // rows of the tile that hold data (> 0)
+      const uint32_t full = base + kBarFull + 8 * st, landing = base + kBarLanding;
+      if (valid >= kKeys) {  // the common case: thread 0 alone
+        if (wt != 0) continue;
+        if (j + 1 < tp.ntiles) page_next = page_of(p, b, pos + kKeys);  // in flight during the wait
+        mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+        mbar_arrive_expect_tx(full, kKvBytes);
+#pragma unroll
+        for (int c = 0; c < kColChunks; ++c)
+          tma_load_3d(base + kOffKv + st * kKvBytes + c * kKvChunkBytes, &map, c * kAtomCols, pos % p.page_size, page, full);
+        continue;
+      }
+      if (wt == 0) {  // (the others wait on landing only: they may run ahead, and empty's parity would alias)
+        mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+        mbar_arrive_expect_tx(landing, kKvBytes);
+#pragma unroll
+        for (int c = 0; c < kColChunks; ++c)
+          tma_load_3d(base + kOffKv + st * kKvBytes + c * kKvChunkBytes, &map, c * kAtomCols, pos % p.page_size, page, landing);
+      }
+      mbar_wait(landing, landed & 1);
+      ++landed;
+      uint8_t* tile = base_ptr + kOffKv + st * kKvBytes;
+      for (int u = wt; u < (kKeys - valid) * kColChunks * 8; u += 128) {  // rows valid .., 16 B units
+        const int row = valid + u / (kColChunks * 8), chunk = (u / 8) % kColChunks;
+        *reinterpret_cast<uint4*>(tile + chunk * kKvChunkBytes + row * 128 + (u % 8) * 16) = make_uint4(0u, 0u, 0u, 0u);
+      }
+      fence_proxy_async();
+      named_bar_sync(kBarProducer, 128);
+      if (wt == 0) mbar_arrive(full);
+    }
+    ti_run += tp.ntiles;
+  }
+}
+
+// Whether every page of this split lies inside the cache (each producer warp checks the same
+// block-table entries and reaches the same answer). A page outside makes its rows NaN, which
+// only the relayout path writes.
+__device__ __forceinline__ bool pages_inside(const MlaAttentionParams& p, int b, const SeqPlan& s, int lane) {
+  bool bad = false;
+  if (s.end > s.begin)
+    for (int k = s.begin / p.page_size + lane; k <= (s.end - 1) / p.page_size; k += 32) {
+      const int page = p.block_table[b * p.bt_s0 + k * p.bt_s1];
+      bad |= page < 0 || page >= p.num_pages;
+    }
+  return !__any_sync(0xffffffffu, bad);
+}
+
 template <bool kFp8>
-__device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
-                                         uint8_t* base_ptr, int wt) {
+__device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map, bool tma, int b,
+                                         const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int wt) {
   using St = Staging<kFp8>;
+  if (!kFp8 && tma && pages_inside(p, b, s, wt % 32)) {
+    producer_tma(p, map, b, s, base, base_ptr, wt);
+    return;
+  }
   uint32_t q_run = 0, ti_run = 0;  // chunks staged / tiles filled so far (over row tiles)
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan(p, s, mt);
@@ -263,12 +338,11 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       mbar_wait(base + kBarRaw + 8 * slot, (q / kRawSlots) & 1);
       relayout_chunk<kFp8>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
                            wt);
-      named_bar_sync(kBarProducer, 128);  // every thread is done with the slot and its status bytes
+      const bool tile_done = i % St::kChunksPerTile == St::kChunksPerTile - 1;
+      if (tile_done) fence_proxy_async();  // this thread's tile stores -> the async proxy (wgmma)
+      named_bar_sync(kBarProducer, 128);   // every thread is done with the slot (and the tile)
       if (refill) issue_chunk<kFp8>(base, base_ptr, next, q + kRawSlots, wt);
-      if (i % St::kChunksPerTile == St::kChunksPerTile - 1) {
-        fence_proxy_async();
-        mbar_arrive(base + kBarFull + 8 * st);
-      }
+      if (tile_done && wt == 0) mbar_arrive(base + kBarFull + 8 * st);  // for all 128 (the barrier above)
     }
     q_run += nchunks;
     ti_run += tp.ntiles;
@@ -469,8 +543,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 }
 
 // kFp8: the cache is fp8 (else bf16); kQFp8: the query is fp8 (else bf16).
+// tma: `map` describes the bf16 cache (TMA mode, see producer_tma); else it is unused.
 template <bool kFp8, bool kQFp8>
-__global__ void __launch_bounds__(kThreads, 1) mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map, int tma) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -480,10 +556,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_sm90_kernel(const _
 
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) {
-      mbar_init(base + kBarFull + 8 * st, 128);  // every producer thread
+      mbar_init(base + kBarFull + 8 * st, 1);    // one producer thread (+ transaction bytes in TMA mode)
       mbar_init(base + kBarEmpty + 8 * st, 8);   // every consumer warp
     }
     for (int r = 0; r < kRawSlots; ++r) mbar_init(base + kBarRaw + 8 * r, 1);  // + transaction bytes
+    mbar_init(base + kBarLanding, 1);                                          // + transaction bytes
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -505,11 +582,38 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_sm90_kernel(const _
 
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    producer<kFp8>(p, b, s, base, base_ptr, wt);
+    producer<kFp8>(p, map, tma != 0, b, s, base, base_ptr, wt);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     consumer<kQFp8>(p, s, split, base, base_ptr, wg - 1, wt);
   }
+}
+
+// The tensor map of a bf16 cache for TMA mode: the cache as [num_pages][page_size][576] with
+// its page and row strides, boxes of 64 columns x 32 rows x 1 page, 128-byte swizzle (the
+// layout the descriptors read). False when TMA mode does not apply (page_size not a multiple of
+// 32, so a tile would straddle pages) or the driver refuses the map; the relayout path then
+// runs, with the same results.
+bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
+  if (p.page_size % kKeys != 0) return false;
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    (void)cudaGetLastError();
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.page_size),
+                              static_cast<cuuint64_t>(p.num_pages)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.row_bytes), static_cast<cuuint64_t>(p.page_bytes)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kKeys), 1u};
+  const cuuint32_t unit[3] = {1u, 1u, 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint8_t*>(p.cache), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 template <bool kFp8, bool kQFp8>
@@ -519,9 +623,12 @@ void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_sm90_kernel<kFp8, kQFp8>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_sm90_kernel<kFp8, kQFp8><<<grid, kThreads, kSmemBytes, s>>>(p);
+  CUtensorMap map{};
+  const bool tma = !kFp8 && encode_kv_map(p, &map);
+  mla_attention_sm90_kernel<kFp8, kQFp8><<<grid, kThreads, kSmemBytes, s>>>(p, map, tma ? 1 : 0);
   KESTREL_LAUNCHED(kFp8 ? (kQFp8 ? "mla_attention_sm90_kernel<fp8 cache, fp8 q>" : "mla_attention_sm90_kernel<fp8 cache, bf16 q>")
-                        : (kQFp8 ? "mla_attention_sm90_kernel<bf16 cache, fp8 q>" : "mla_attention_sm90_kernel<bf16 cache, bf16 q>"));
+                   : tma ? (kQFp8 ? "mla_attention_sm90_kernel<bf16 cache, fp8 q, tma>" : "mla_attention_sm90_kernel<bf16 cache, bf16 q, tma>")
+                         : (kQFp8 ? "mla_attention_sm90_kernel<bf16 cache, fp8 q>" : "mla_attention_sm90_kernel<bf16 cache, bf16 q>"));
 }
 
 }  // namespace

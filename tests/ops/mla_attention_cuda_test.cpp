@@ -1,0 +1,173 @@
+// mla_attention on CUDA, what the matrix does not show: which mode of the WGMMA kernel ran (TMA
+// for a bf16 cache with page_size % 32 == 0, the relayout path otherwise: the path is proven,
+// not assumed, DESIGN.md rule 6), and a block-table entry outside the cache (device metadata
+// the kernel cannot reject) turning exactly the queries that see it into NaN on both kernels
+// and both modes, the rest matching the run without it bit for bit. Skipped without an sm_90a
+// GPU (the WGMMA kernel's requirement).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kestrel/core/convert.h"
+#include "kestrel/core/tensor.h"
+#include "kestrel/ops/cuda_launches.h"
+#include "kestrel/ops/mla_attention.h"
+
+namespace kestrel::ops {
+namespace {
+
+struct Problem {
+  int64_t H = 4, page_size = 64, pages = 0;
+  DType cache_dt = DType::bf16;
+  std::vector<int32_t> seq_lens, table, q_start;
+  Tensor q, cache, o, lse, block_table, lens, starts;
+  int64_t B() const { return static_cast<int64_t>(seq_lens.size()); }
+  int64_t max_pages() const { return static_cast<int64_t>(table.size()) / B(); }
+};
+
+template <typename T>
+Tensor upload(const std::vector<T>& host, const Shape& shape, DType dt) {
+  Tensor t = Tensor::empty(shape, dt, Device::cuda);
+  memcpy_bytes(t.data(), Device::cuda, host.data(), Device::cpu, host.size() * sizeof(T));
+  return t;
+}
+
+// Decode (one query per sequence) over lengths `lens`; pages handed out in order from 1.
+Problem make(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens, uint64_t seed) {
+  Problem p;
+  p.page_size = page_size;
+  p.cache_dt = cache_dt;
+  p.seq_lens = lens;
+  int64_t widest = 0, used = 0;
+  for (int32_t L : lens) {
+    widest = std::max<int64_t>(widest, (L + page_size - 1) / page_size);
+    used += (L + page_size - 1) / page_size;
+  }
+  p.pages = used + 2;
+  p.table.assign(static_cast<size_t>(p.B() * (widest + 1)), -1);
+  int32_t next = 1;
+  for (int64_t b = 0; b < p.B(); ++b)
+    for (int64_t k = 0; k < (lens[static_cast<size_t>(b)] + page_size - 1) / page_size; ++k)
+      p.table[static_cast<size_t>(b * (widest + 1) + k)] = next++;
+  for (int64_t b = 0; b <= p.B(); ++b) p.q_start.push_back(static_cast<int32_t>(b));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint16_t> q(static_cast<size_t>(p.B() * p.H * kMlaRow));
+  for (auto& x : q) x = f32_to_bf16(u(rng));
+  p.q = upload(q, {p.B(), p.H, kMlaRow}, DType::bf16);
+  if (cache_dt == DType::bf16) {
+    std::vector<uint16_t> c(static_cast<size_t>(p.pages * page_size * kMlaRow));
+    for (auto& x : c) x = f32_to_bf16(u(rng));
+    p.cache = upload(c, {p.pages, page_size, kMlaRow}, DType::bf16);
+  } else {
+    std::vector<uint8_t> c(static_cast<size_t>(p.pages * page_size * kMlaRow));
+    for (auto& x : c) x = f32_to_fp8_e4m3(u(rng));
+    p.cache = upload(c, {p.pages, page_size, kMlaRow}, DType::fp8_e4m3);
+  }
+  p.o = Tensor::empty({p.B(), p.H, kMlaNope}, DType::bf16, Device::cuda);
+  p.lse = Tensor::empty({p.B(), p.H}, DType::f32, Device::cuda);
+  p.lens = upload(p.seq_lens, {p.B()}, DType::i32);
+  p.starts = upload(p.q_start, {p.B() + 1}, DType::i32);
+  p.block_table = upload(p.table, {p.B(), p.max_pages()}, DType::i32);
+  return p;
+}
+
+MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel) {
+  MlaAttentionArgs a;
+  a.o = p.o.view();
+  a.lse = p.lse.view();
+  a.q = p.q.view();
+  a.cache = p.cache.view();
+  a.block_table = p.block_table.view();
+  a.seq_lens = p.lens.view();
+  a.q_start = p.starts.view();
+  a.softmax_scale = 0.0721687836f;
+  a.cuda_kernel = kernel;
+  return a;
+}
+
+// Runs the op and returns the kernel names it launched.
+std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel) {
+  std::vector<std::string> log;
+  cuda::set_launch_log(&log);
+  try {
+    mla_attention(Backend::cuda, args(p, kernel));
+    device_sync();
+  } catch (...) {
+    cuda::set_launch_log(nullptr);
+    throw;
+  }
+  cuda::set_launch_log(nullptr);
+  return log;
+}
+
+std::vector<uint16_t> download_o(const Problem& p) {
+  std::vector<uint16_t> h(static_cast<size_t>(p.o.bytes() / 2));
+  memcpy_bytes(h.data(), Device::cpu, p.o.data(), Device::cuda, p.o.bytes());
+  return h;
+}
+
+bool launched(const std::vector<std::string>& log, const std::string& part) {
+  for (const auto& n : log)
+    if (n.find(part) != std::string::npos) return true;
+  return false;
+}
+
+class MlaAttentionCuda : public testing::Test {
+ protected:
+  void SetUp() override {
+    const Support s = backend_available(Backend::cuda);
+    if (!s.ok) GTEST_SKIP() << "CUDA backend: " << s.reason;
+    Problem probe = make(64, DType::bf16, {1}, 1);
+    const Support w = mla_attention_supports(Backend::cuda, args(probe, MlaAttentionKernel::wgmma));
+    if (!w.ok) GTEST_SKIP() << "the WGMMA kernel: " << w.reason;
+  }
+};
+
+TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
+  for (int64_t ps : {32, 64, 128}) {
+    const auto log = run(make(ps, DType::bf16, {100, 37, 64}, 2), MlaAttentionKernel::automatic);
+    EXPECT_TRUE(launched(log, "mla_attention_sm90_kernel<bf16 cache, bf16 q, tma>")) << "page_size " << ps;
+  }
+  for (int64_t ps : {3, 16, 48}) {  // a 32-key tile would straddle pages
+    const auto log = run(make(ps, DType::bf16, {100, 37, 64}, 3), MlaAttentionKernel::automatic);
+    EXPECT_TRUE(launched(log, "mla_attention_sm90_kernel<bf16 cache, bf16 q>")) << "page_size " << ps;
+    EXPECT_FALSE(launched(log, "tma")) << "page_size " << ps;
+  }
+  const auto fp8 = run(make(64, DType::fp8_e4m3, {100, 37}, 4), MlaAttentionKernel::automatic);
+  EXPECT_TRUE(launched(fp8, "mla_attention_sm90_kernel<fp8 cache, bf16 q>"));
+  EXPECT_FALSE(launched(fp8, "tma"));
+}
+
+// Sequence 1's second page is outside the cache: its query becomes NaN (every key of a decode
+// query is attended), the other sequences keep the bits of the run with a valid table.
+TEST_F(MlaAttentionCuda, PageOutsideTheCacheMakesOnlyItsQueriesNan) {
+  for (DType dt : {DType::bf16, DType::fp8_e4m3})
+    for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma, MlaAttentionKernel::mma_sync})
+      for (int64_t ps : {32, 64}) {
+        Problem p = make(ps, dt, {150, 130, 90}, 5);
+        run(p, k);
+        const std::vector<uint16_t> good = download_o(p);
+        std::vector<int32_t> bad_table = p.table;
+        bad_table[static_cast<size_t>(1 * p.max_pages() + 1)] = static_cast<int32_t>(p.pages);  // one past the last page
+        p.block_table = upload(bad_table, {p.B(), p.max_pages()}, DType::i32);
+        run(p, k);
+        const std::vector<uint16_t> bad = download_o(p);
+        const size_t row = static_cast<size_t>(p.H * kMlaNope);
+        for (size_t i = 0; i < good.size(); ++i) {
+          const bool nan = std::isnan(bf16_to_f32(bad[i]));
+          if (i / row == 1) {
+            ASSERT_TRUE(nan) << "dtype " << dtype_name(dt) << " kernel " << static_cast<int>(k) << " page " << ps << " at " << i;
+          } else {
+            ASSERT_EQ(bad[i], good[i]) << "dtype " << dtype_name(dt) << " kernel " << static_cast<int>(k) << " page " << ps
+                                       << " at " << i;
+          }
+        }
+      }
+}
+
+}  // namespace
+}  // namespace kestrel::ops
