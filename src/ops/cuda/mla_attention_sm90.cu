@@ -120,6 +120,7 @@ constexpr int kRawSlots = 3;           // staging slots of 18,432 B
 constexpr int kRawSlotBytes = 18432;   // 16 bf16 rows or 32 fp8 rows
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr bool kSplitP = true;         // P as hi + lo bf16 (see "P precision")
+constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (lazy rescaling)
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
 
 // Shared-memory map, offsets from the 1024-aligned base.
@@ -444,19 +445,30 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
         mx[h] = fmaxf(mx[h], sc[i]);
       }
-      float alpha[2], m_use[2];
+      // Lazy rescaling: P is scaled by m, which follows the running maximum only when a row's
+      // new maximum exceeds it by more than kRescaleSlack (then o and l are rescaled, once for
+      // the warp); otherwise P = exp2(s - m) <= 2^kRescaleSlack. Exact either way (o, l and
+      // lse all use the same m), and after the first tiles most tiles skip the 128 multiplies.
+      bool grow = false;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h]);
-        m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[h] = exp2f(m[h] - m_use[h]);  // 0 while nothing was attended
-        m[h] = m_new;
-        l[h] *= alpha[h];
+        grow |= mx[h] > m[h] + kRescaleSlack;  // (m = -inf: any attended key)
       }
+      if (__any_sync(0xffffffffu, grow)) {
+        float alpha[2];
 #pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+        for (int h = 0; h < 2; ++h) {
+          const float m_new = fmaxf(m[h], mx[h]);
+          alpha[h] = exp2f(m[h] - (m_new == -INFINITY ? 0.0f : m_new));  // 0 while nothing was attended
+          m[h] = m_new;
+          l[h] *= alpha[h];
+        }
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
+      const float m_use[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int h = (i >> 1) & 1;
