@@ -3,22 +3,26 @@
 // registers. Same op, same plan (grid, split rule, workspace, combine kernel) and the same
 // semantics as v1 (mla_attention.cu), which stays the path for what v2 does not support (the
 // rule: mla_attention_cuda_kernel in src/ops/mla_attention.cpp; docs/ops/mla_attention.md).
-// NOT YET RUN ON HARDWARE: written and compiled without a GPU. Checked on the host: the
-// layouts and descriptors by an emulation against the PTX ISA tables
-// (tests/ops/mla_attention_sm90_layout_test.cpp), the barrier protocol by a threaded model
-// (tests/ops/mla_attention_sm90_protocol_test.cpp), both with planted bugs caught. On an sm_90
-// GPU, MlaSm90WgmmaProbeCuda (tests/core/mla_sm90_wgmma_probe_test.cu) checks the wgmma
-// layouts alone before the matrix checks the kernel.
+// Written without a GPU and checked on the host first: the layouts and descriptors by an
+// emulation against the PTX ISA tables (tests/ops/mla_attention_sm90_layout_test.cpp), the
+// barrier protocol by a threaded model (tests/ops/mla_attention_sm90_protocol_test.cpp), both
+// with planted bugs caught; on an sm_90 GPU MlaSm90WgmmaProbeCuda checks the wgmma layouts
+// alone. It then passed the full matrix on its first H200 run (docs/verification.md).
 //
 // Work split. As v1: one CTA per (64-row query tile, KV split, sequence), rows r = qi * H + h,
 // a CTA loops over row tiles mt = blockIdx.x, + gridDim.x, ...; KV tiles of 32 positions.
 //
 // Warp roles (384 threads = 3 warpgroups; setmaxnreg moves registers to the consumers):
-//   WG0, producer (56 registers): warp 0 issues one 1-D cp.async.bulk per cache row into a
+//   WG0, producer (56 registers), in one of two modes per CTA:
+//     TMA (bf16 cache, page_size % 32 == 0, every page of the split inside the cache):
+//     thread 0 loads each tile with 9 tensor copies straight into the swizzled stage
+//     (producer_tma; a tile ending past kv_end lands first and all 128 zero its tail).
+//     relayout (otherwise): warp 0 issues one 1-D cp.async.bulk per cache row into a
 //     staging slot (mbarrier complete_tx); all 128 threads then rewrite the staged rows into
 //     the 128-byte-swizzled bf16 KV tile that the WGMMA descriptors read (bf16: a copy; fp8:
 //     e4m3 -> bf16 dequantisation, exact), fill absent rows (zeros past the split / causal end,
-//     NaN for a page outside the cache), fence.proxy.async, and arrive on the tile's `full`.
+//     NaN for a page outside the cache), fence.proxy.async, barrier, and thread 0 arrives on
+//     the tile's `full` (one arrival in both modes).
 //   WG1, WG2, consumers c = 0, 1 (224 registers): both own all 64 rows. QK is split by
 //     features: consumer c computes the partial scores S_c[64 x 32] over features
 //     c*288 .. c*288+287 (18 wgmma m64n32k16, Q and K from shared memory). The two partials are
@@ -64,9 +68,13 @@
 //                    then the bulk copies complete_tx. Producer threads wait parity (q / 3) & 1.
 //                    A slot is refilled (chunk q + 3) only after producer bar.sync 4 (128),
 //                    i.e. after all 128 threads have read chunk q (and its status bytes).
-//   full[ti % 2]     count 128: every producer thread, after its relayout stores of tile ti and
-//                    fence.proxy.async (generic writes -> async proxy of wgmma), arrives once.
-//                    Consumers wait parity (ti / 2) & 1.
+//   full[ti % 2]     count 1: relayout mode: every producer thread, after its stores of tile ti,
+//                    fence.proxy.async (generic writes -> async proxy of wgmma), bar.sync 4,
+//                    then thread 0 arrives; TMA mode: thread 0 arrive.expect_tx(36,864) and the
+//                    tensor copies complete_tx (a tail tile: landing, zeroing, bar.sync 4,
+//                    arrive). Consumers wait parity (ti / 2) & 1.
+//   landing          count 1 + tx (TMA mode, tail tiles only, counted by `landed`): thread 0
+//                    alone waits on empty (the others, running ahead, would alias its parity).
 //   empty[ti % 2]    count 8: every consumer warp (lane 0 after __syncwarp) arrives once per
 //                    tile, after wgmma.wait_group shows the PV of that tile done (its last
 //                    reader: PV_ti is retired by wait_group 1 in tile ti + 1, after QK_ti+1 is
@@ -84,17 +92,20 @@
 //   wgmma registers  the accumulators are touched only after wait_group retires the wgmma
 //                    writing them (operand fences keep the compiler from moving the accesses).
 //
-// Predicted times (H200: 4.23 TB/s copy, 132 SMs at ~1.83 GHz, gemm 819 TFLOP/s = ~1,700 bf16
-// MACs / clock / SM, shared memory 128 B / clock / SM). Per 32-key tile and CTA: tensor
-// 3.28 M MACs = ~1,930 clk (60 clk / key); shared-memory traffic (bulk writes, relayout, Q 74 KB,
-// K 37 KB, V 2 x 32 KB, exchange 33 KB) ~319 KB bf16 / ~283 KB fp8 = 78 / 69 clk / key; HBM
-// share per SM 66 clk / key bf16, 33 fp8. So v2 is shared-memory bound first:
-//   B128 8k H32 (128 CTAs, 1 split): bf16 ~350-400 us (v1 1322, FlashMLA 292),
-//     fp8 ~310-360 us (v1 1461);
-//   B1 1k H32 (16 splits of 64 keys + combine): ~10-12 us (v1 24.8), latency-bound;
-//   B128 8k H128 (256 CTAs, 2 waves): bf16 ~650-750 us (v1 2801, FlashMLA 472).
-// The next steps these numbers point at: Q as a register A operand (-74 KB smem per tile),
-// TMA with hardware swizzle for bf16, 64-key tiles once the ring fits.
+// Predicted and measured (H200: 4.26 TB/s copy, 132 SMs at ~1.78 GHz, gemm 812 TFLOP/s =
+// ~1,700 bf16 MACs / clock / SM, shared memory 128 B / clock / SM). Per 32-key tile and CTA:
+// tensor 3.28 M MACs = ~1,930 clk; shared-memory traffic ~319 KB bf16 = ~2,500 clk; HBM share
+// per SM ~2,030 clk bf16. Predicted B128 8k H32 bf16 350-400 us; measured (docs/perf.md):
+//   first run 1,160 us (~7,900 clk / tile): Nsight showed the consumers waiting on `full` 62%
+//     of the time, the producer latency-bound (one warp per scheduler, ~60 instructions of
+//     index arithmetic per 16-byte piece): the closed-form relayout (producer_piece) -> 873 us;
+//   TMA mode for bf16 (no staging, no relayout, no per-byte producer work) -> 556 us;
+//   lazy rescaling -> 545 us (fp8, relayout mode: 876 us; H128: 985 us; B1 1k: 19.3 us).
+// Plain bf16 P (kSplitP = false, PV half the tensor work) measured no faster (594 us), so the
+// consumers are not tensor-bound: per tile they issue ~780 instructions per warp, and QK, the
+// score exchange, the softmax and PV run one after the other (~3,800 clk / tile). The next
+// step: in TMA mode no staging ring is needed, so a third KV stage fits and QK of tile j + 1
+// can be issued before the softmax of tile j (tensor cores and softmax overlapped).
 #include <cuda.h>  // CUtensorMap (a plain struct; the encoder comes from the runtime)
 #include <cuda_fp8.h>
 #include <cudaTypedefs.h>
