@@ -103,9 +103,11 @@
 //   lazy rescaling -> 545 us (fp8, relayout mode: 876 us; H128: 985 us; B1 1k: 19.3 us).
 // Plain bf16 P (kSplitP = false, PV half the tensor work) measured no faster (594 us), so the
 // consumers are not tensor-bound: per tile they issue ~780 instructions per warp, and QK, the
-// score exchange, the softmax and PV run one after the other (~3,800 clk / tile). The next
-// step: in TMA mode no staging ring is needed, so a third KV stage fits and QK of tile j + 1
-// can be issued before the softmax of tile j (tensor cores and softmax overlapped).
+// score exchange, the softmax and PV run one after the other (~3,800 clk / tile). Tried: in
+// TMA mode a third KV stage (in the staging slots' room) and QK of tile j + 1 issued before
+// the softmax of tile j; ptxas then either serialises the wgmmas (C7514, look-ahead issued
+// conditionally) or spills (16 more live score registers): overlap needs fewer accumulators
+// per consumer thread than 128 O + 16 S + 16 P (docs/perf.md).
 #include <cuda.h>  // CUtensorMap (a plain struct; the encoder comes from the runtime)
 #include <cuda_fp8.h>
 #include <cudaTypedefs.h>
