@@ -13,6 +13,8 @@
 //    new locations and new inputs, give the bytes of eager execution.
 #include <gtest/gtest.h>
 
+#include "testing/host_tensors.h"
+
 #include "testing/expect_error.h"
 
 #include <cmath>
@@ -132,17 +134,8 @@ HostLayer make_layer(int64_t T, int64_t H, DType cache_dt, uint64_t seed) {
   return l;
 }
 
-Tensor upload(const void* host, int64_t bytes, const Shape& shape, DType dt, Device d) {
-  Tensor t = Tensor::empty(shape, dt, d);
-  memcpy_bytes(t.data(), d, host, Device::cpu, static_cast<size_t>(bytes));
-  return t;
-}
-
-std::vector<uint8_t> download(const Tensor& t) {
-  std::vector<uint8_t> v(static_cast<size_t>(t.bytes()));
-  memcpy_bytes(v.data(), Device::cpu, t.data(), t.view().device, v.size());
-  return v;
-}
+using testing_util::download;
+using testing_util::upload;
 
 // The cache's bytes with page 0 (the sink) blanked. Every padded row of a step writes the
 // sink; on CUDA they race, so which one the sink holds is unspecified (docs/ops/mla_write_kv.md)
@@ -164,11 +157,11 @@ struct DeviceLayer {
     q_nope = TensorView(static_cast<uint16_t*>(q_nope_store.data()) + shift, d, DType::bf16, {T, H, 512},
                         {H * 512, 512, 1});
     memcpy_bytes(q_nope.data, d, h.q_nope.data(), Device::cpu, h.q_nope.size() * 2);
-    q_pe = upload(h.q_pe.data(), T * H * 64 * 2, {T, H, 64}, DType::bf16, d);
-    k_nope = upload(h.k_nope.data(), T * 512 * 2, {T, 512}, DType::bf16, d);
-    k_pe = upload(h.k_pe.data(), T * 64 * 2, {T, 64}, DType::bf16, d);
-    cache = upload(h.cache.data(), static_cast<int64_t>(h.cache.size()), {kNumPages, kPageSize, 576}, h.cache_dt, d);
-    cos_sin = upload(h.cos_sin.data(), kMaxPos * 64 * 4, {kMaxPos, 64}, DType::f32, d);
+    q_pe = upload(h.q_pe, {T, H, 64}, DType::bf16, d);
+    k_nope = upload(h.k_nope, {T, 512}, DType::bf16, d);
+    k_pe = upload(h.k_pe, {T, 64}, DType::bf16, d);
+    cache = upload(h.cache, {kNumPages, kPageSize, 576}, h.cache_dt, d);
+    cos_sin = upload(h.cos_sin, {kMaxPos, 64}, DType::f32, d);
     o = Tensor::empty({T, H, 512}, DType::bf16, d);
     lse = Tensor::empty({T, H}, DType::f32, d);
     // Poison the outputs (NaN bits) so that a row the call forgot shows.

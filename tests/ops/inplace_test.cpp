@@ -4,6 +4,8 @@
 // separate output.
 #include <gtest/gtest.h>
 
+#include "testing/host_tensors.h"
+
 #include <cstring>
 #include <random>
 #include <vector>
@@ -26,17 +28,11 @@ std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
   return v;
 }
 
+// bf16 tensors here.
 Tensor upload(const std::vector<uint16_t>& host, const Shape& shape, Device dev) {
-  Tensor t = Tensor::empty(shape, DType::bf16, dev);
-  memcpy_bytes(t.data(), dev, host.data(), Device::cpu, host.size() * 2);
-  return t;
+  return testing_util::upload(host, shape, DType::bf16, dev);
 }
-
-std::vector<uint16_t> download(const Tensor& t) {
-  std::vector<uint16_t> h(static_cast<size_t>(t.bytes() / 2));
-  memcpy_bytes(h.data(), Device::cpu, t.data(), t.view().device, h.size() * 2);
-  return h;
-}
+using testing_util::download;
 
 class InPlace : public testing::TestWithParam<Backend> {
  protected:

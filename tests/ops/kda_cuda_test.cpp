@@ -5,6 +5,8 @@
 // CUDA KDA op is one launch (rule 6).
 #include <gtest/gtest.h>
 
+#include "testing/host_tensors.h"
+
 #include <cstring>
 #include <optional>
 #include <random>
@@ -23,13 +25,8 @@ namespace kestrel {
 namespace {
 
 using ops::Backend;
-
-template <typename T>
-Tensor upload(const std::vector<T>& host, const Shape& shape, DType dt, Device dev) {
-  Tensor t = Tensor::empty(shape, dt, dev);
-  memcpy_bytes(t.data(), dev, host.data(), Device::cpu, host.size() * sizeof(T));
-  return t;
-}
+using testing_util::download;
+using testing_util::upload;
 
 std::vector<float> random_f32(size_t n, uint64_t seed, float lo, float hi) {
   std::mt19937_64 rng(seed);
@@ -37,12 +34,6 @@ std::vector<float> random_f32(size_t n, uint64_t seed, float lo, float hi) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
-}
-
-std::vector<uint8_t> download(const Tensor& t) {
-  std::vector<uint8_t> h(static_cast<size_t>(t.bytes()));
-  memcpy_bytes(h.data(), Device::cpu, t.data(), t.view().device, h.size());
-  return h;
 }
 
 // Launches made by the CUDA backend during f (0 on the CPU backend).

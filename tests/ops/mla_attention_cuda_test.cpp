@@ -6,6 +6,8 @@
 // GPU (the WGMMA kernel's requirement).
 #include <gtest/gtest.h>
 
+#include "testing/host_tensors.h"
+
 #include <cmath>
 #include <random>
 #include <string>
@@ -28,12 +30,7 @@ struct Problem {
   int64_t max_pages() const { return static_cast<int64_t>(table.size()) / B(); }
 };
 
-template <typename T>
-Tensor upload(const std::vector<T>& host, const Shape& shape, DType dt) {
-  Tensor t = Tensor::empty(shape, dt, Device::cuda);
-  memcpy_bytes(t.data(), Device::cuda, host.data(), Device::cpu, host.size() * sizeof(T));
-  return t;
-}
+using testing_util::upload;
 
 // Decode (one query per sequence) over lengths `lens`; pages handed out in order from 1.
 Problem make(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens, uint64_t seed) {
@@ -57,21 +54,21 @@ Problem make(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<uint16_t> q(static_cast<size_t>(p.B() * p.H * kMlaRow));
   for (auto& x : q) x = f32_to_bf16(u(rng));
-  p.q = upload(q, {p.B(), p.H, kMlaRow}, DType::bf16);
+  p.q = upload(q, {p.B(), p.H, kMlaRow}, DType::bf16, Device::cuda);
   if (cache_dt == DType::bf16) {
     std::vector<uint16_t> c(static_cast<size_t>(p.pages * page_size * kMlaRow));
     for (auto& x : c) x = f32_to_bf16(u(rng));
-    p.cache = upload(c, {p.pages, page_size, kMlaRow}, DType::bf16);
+    p.cache = upload(c, {p.pages, page_size, kMlaRow}, DType::bf16, Device::cuda);
   } else {
     std::vector<uint8_t> c(static_cast<size_t>(p.pages * page_size * kMlaRow));
     for (auto& x : c) x = f32_to_fp8_e4m3(u(rng));
-    p.cache = upload(c, {p.pages, page_size, kMlaRow}, DType::fp8_e4m3);
+    p.cache = upload(c, {p.pages, page_size, kMlaRow}, DType::fp8_e4m3, Device::cuda);
   }
   p.o = Tensor::empty({p.B(), p.H, kMlaNope}, DType::bf16, Device::cuda);
   p.lse = Tensor::empty({p.B(), p.H}, DType::f32, Device::cuda);
-  p.lens = upload(p.seq_lens, {p.B()}, DType::i32);
-  p.starts = upload(p.q_start, {p.B() + 1}, DType::i32);
-  p.block_table = upload(p.table, {p.B(), p.max_pages()}, DType::i32);
+  p.lens = upload(p.seq_lens, {p.B()}, DType::i32, Device::cuda);
+  p.starts = upload(p.q_start, {p.B() + 1}, DType::i32, Device::cuda);
+  p.block_table = upload(p.table, {p.B(), p.max_pages()}, DType::i32, Device::cuda);
   return p;
 }
 
@@ -102,12 +99,6 @@ std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel) {
   }
   cuda::set_launch_log(nullptr);
   return log;
-}
-
-std::vector<uint16_t> download_o(const Problem& p) {
-  std::vector<uint16_t> h(static_cast<size_t>(p.o.bytes() / 2));
-  memcpy_bytes(h.data(), Device::cpu, p.o.data(), Device::cuda, p.o.bytes());
-  return h;
 }
 
 bool launched(const std::vector<std::string>& log, const std::string& part) {
@@ -150,12 +141,12 @@ TEST_F(MlaAttentionCuda, PageOutsideTheCacheMakesOnlyItsQueriesNan) {
       for (int64_t ps : {32, 64}) {
         Problem p = make(ps, dt, {150, 130, 90}, 5);
         run(p, k);
-        const std::vector<uint16_t> good = download_o(p);
+        const std::vector<uint16_t> good = testing_util::download<uint16_t>(p.o);
         std::vector<int32_t> bad_table = p.table;
         bad_table[static_cast<size_t>(1 * p.max_pages() + 1)] = static_cast<int32_t>(p.pages);  // one past the last page
-        p.block_table = upload(bad_table, {p.B(), p.max_pages()}, DType::i32);
+        p.block_table = upload(bad_table, {p.B(), p.max_pages()}, DType::i32, Device::cuda);
         run(p, k);
-        const std::vector<uint16_t> bad = download_o(p);
+        const std::vector<uint16_t> bad = testing_util::download<uint16_t>(p.o);
         const size_t row = static_cast<size_t>(p.H * kMlaNope);
         for (size_t i = 0; i < good.size(); ++i) {
           const bool nan = std::isnan(bf16_to_f32(bad[i]));
