@@ -60,8 +60,13 @@ struct Sim {
   long stage_tile[kStages] = {-1, -1};
   int stage_readers[kStages] = {};
   long raw_chunk[kRawSlots] = {-1, -1, -1};
-  std::deque<std::pair<int, long>> dma;  // (slot, chunk); slot -1 - st: a tile into stage st (TMA)
-  std::vector<MBar*> dma_bar;            // the barrier each queued copy completes on
+  struct Copy {
+    int slot;    // a staging slot, or -1 - st: a whole tile into stage st (TMA)
+    long chunk;  // the staged chunk, or the tile
+    MBar* bar;   // the barrier it completes on
+    long bytes;
+  };
+  std::deque<Copy> dma;
   bool dma_stop = false;
 
   void init_bar(MBar& b, int count) { b.expected = b.pending = count; }
@@ -115,7 +120,7 @@ void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int chunks_
     }
     s.arrive_expect_tx(s.raw[slot], static_cast<long>(rows_per_chunk) * row_bytes);
     std::lock_guard<std::mutex> g(s.m.mu);
-    s.dma.emplace_back(slot, static_cast<long>(q));
+    s.dma.push_back({slot, static_cast<long>(q), &s.raw[slot], static_cast<long>(rows_per_chunk) * row_bytes});
     s.m.cv.notify_all();
     (void)i;
   };
@@ -166,8 +171,7 @@ void producer_tma_warp(Sim& s, int w, const std::vector<int>& ntiles_of, const s
     if (s.stage_readers[st] != 0)
       s.m.fail_locked("TMA into stage " + std::to_string(st) + " for tile " + std::to_string(ti) + " while " +
                       std::to_string(s.stage_readers[st]) + " consumer warps read it");
-    s.dma.emplace_back(-1 - st, static_cast<long>(ti));
-    s.dma_bar.push_back(&bar);
+    s.dma.push_back({-1 - st, static_cast<long>(ti), &bar, 36864});
     s.m.cv.notify_all();
   };
   for (size_t k = 0; k < ntiles_of.size(); ++k) {
@@ -269,24 +273,20 @@ std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, ui
       s.m.cv.wait(g, [&] { return s.dma_stop || s.m.failed || !s.dma.empty(); });
       if (s.dma_stop || s.m.failed) return;
       const size_t k = rng() % s.dma.size();
-      const auto [slot, chunk] = s.dma[k];
-      MBar* bar = s.dma_bar.empty() ? nullptr : s.dma_bar[k];
+      const Sim::Copy copy = s.dma[k];
       s.dma.erase(s.dma.begin() + static_cast<long>(k));
-      if (!s.dma_bar.empty()) s.dma_bar.erase(s.dma_bar.begin() + static_cast<long>(k));
       g.unlock();
       std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
       g.lock();
-      if (slot < 0) {  // a TMA tile into stage -1 - slot
-        const int st = -1 - slot;
+      if (copy.slot < 0) {  // a TMA tile into stage -1 - slot
+        const int st = -1 - copy.slot;
         if (s.stage_readers[st] != 0) s.m.fail_locked("TMA lands in stage " + std::to_string(st) + " under its readers");
-        s.stage_tile[st] = chunk;
-        bar->tx -= 36864;
-        s.maybe_complete(*bar);
-        continue;
+        s.stage_tile[st] = copy.chunk;
+      } else {
+        s.raw_chunk[copy.slot] = copy.chunk;
       }
-      s.raw_chunk[slot] = chunk;
-      s.raw[slot].tx -= static_cast<long>(32 / chunks_per_tile) * row_bytes;
-      s.maybe_complete(s.raw[slot]);
+      copy.bar->tx -= copy.bytes;
+      s.maybe_complete(*copy.bar);
     }
   });
   std::vector<std::thread> warps;
