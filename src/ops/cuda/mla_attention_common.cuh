@@ -51,10 +51,15 @@ __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
   return pack_bf16(f.x, f.y);
 }
 
+// Block-table entry k of sequence b: the page holding its KV positions k * page_size ...
+__device__ __forceinline__ int page_at(const MlaAttentionParams& p, int b, int k) {
+  return p.block_table[b * p.bt_s0 + k * p.bt_s1];
+}
+
 // Cache row of KV position `pos` of sequence b: its bytes, or nullptr with `nan` set when the
 // block table names a page outside the cache.
 __device__ __forceinline__ const uint8_t* kv_row(const MlaAttentionParams& p, int b, int pos, bool& nan) {
-  const int64_t page = p.block_table[b * p.bt_s0 + (pos / p.page_size) * p.bt_s1];
+  const int64_t page = page_at(p, b, pos / p.page_size);
   nan = page < 0 || page >= p.num_pages;
   return nan ? nullptr : p.cache + page * p.page_bytes + (pos % p.page_size) * p.row_bytes;
 }

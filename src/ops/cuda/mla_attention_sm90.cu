@@ -265,17 +265,13 @@ __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint
 // (the last of a row tile, at most one per row tile): its rows past kv_end hold whatever the
 // page holds, and P = 0 there does not cancel a NaN, so that tile lands on `landing` first,
 // all 128 threads zero those rows (as the relayout path does) and thread 0 then arrives on full.
-__device__ __forceinline__ int page_of(const MlaAttentionParams& p, int b, int pos) {
-  return p.block_table[b * p.bt_s0 + (pos / p.page_size) * p.bt_s1];
-}
-
 __device__ __forceinline__ void producer_tma(const MlaAttentionParams& p, const CUtensorMap& map, int b, const SeqPlan& s,
                                              uint32_t base, uint8_t* base_ptr, int wt) {
   uint32_t ti_run = 0, landed = 0;  // tiles loaded / partial tiles landed so far (over row tiles)
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan(p, s, mt);
     if (tp.ntiles <= 0) continue;
-    int page_next = wt == 0 ? page_of(p, b, s.begin) : 0;
+    int page_next = wt == 0 ? page_at(p, b, s.begin / p.page_size) : 0;
     for (int j = 0; j < tp.ntiles; ++j) {
       const uint32_t ti = ti_run + j;
       const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys, page = page_next;
@@ -283,7 +279,7 @@ __device__ __forceinline__ void producer_tma(const MlaAttentionParams& p, const 
       const uint32_t full = base + kBarFull + 8 * st, landing = base + kBarLanding;
       if (valid >= kKeys) {  // the common case: thread 0 alone
         if (wt != 0) continue;
-        if (j + 1 < tp.ntiles) page_next = page_of(p, b, pos + kKeys);  // in flight during the wait
+        if (j + 1 < tp.ntiles) page_next = page_at(p, b, (pos + kKeys) / p.page_size);  // in flight during the wait
         mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
         mbar_arrive_expect_tx(full, kKvBytes);
 #pragma unroll
@@ -320,7 +316,7 @@ __device__ __forceinline__ bool pages_inside(const MlaAttentionParams& p, int b,
   bool bad = false;
   if (s.end > s.begin)
     for (int k = s.begin / p.page_size + lane; k <= (s.end - 1) / p.page_size; k += 32) {
-      const int page = p.block_table[b * p.bt_s0 + k * p.bt_s1];
+      const int page = page_at(p, b, k);
       bad |= page < 0 || page >= p.num_pages;
     }
   return !__any_sync(0xffffffffu, bad);

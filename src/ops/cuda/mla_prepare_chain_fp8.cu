@@ -85,11 +85,8 @@ __global__ void __launch_bounds__(kScatterWarps * 32) mla_chain_scatter_kernel(S
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kScatterWarps + threadIdx.x / 32;
   if (t >= p.T) return;
   const int64_t s = mla::load_index(p.loc, p.loc_i64, t * p.loc_s0);
-  const int64_t row = mla::slot_offset(s, p.page_size, p.slots, p.cache_s0, p.cache_s1);
-  if (row < 0) {
-    if (lane == 0 && p.invalid_count) atomicAdd(p.invalid_count, 1);
-    return;
-  }
+  const int64_t row = mla::slot_offset_counted(s, p.page_size, p.slots, p.cache_s0, p.cache_s1, p.invalid_count, lane);
+  if (row < 0) return;
   for (int j = lane; j < mla::kRow; j += 32)
     p.cache[row + j] = j < mla::kNope ? p.k_nope8[t * mla::kNope + j] : p.k_pe8[t * mla::kPe + j - mla::kNope];
 }

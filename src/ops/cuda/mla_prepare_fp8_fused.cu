@@ -64,11 +64,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) mla_prepare_fp8_fused_kernel(M
     const int64_t item = first + i;
     if (item >= rows) break;
     if (item < p.T) {
-      const int64_t row = mla::slot_offset(slot[i], p.page_size, p.slots, p.cache_s0, p.cache_s1);
-      if (row < 0) {  // outside the cache: skipped, counted
-        if (lane == 0 && p.invalid_count) atomicAdd(p.invalid_count, 1);
-        continue;
-      }
+      const int64_t row =
+          mla::slot_offset_counted(slot[i], p.page_size, p.slots, p.cache_s0, p.cache_s1, p.invalid_count, lane);
+      if (row < 0) continue;  // outside the cache: skipped, counted
       mla::store_row_fp8_vec(p.cache + row, in[i], p.kv_scale, lane);
     } else {
       const int64_t r = item - p.T, t = r / p.H, h = r % p.H;

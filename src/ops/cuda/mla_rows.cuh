@@ -33,6 +33,15 @@ __device__ __forceinline__ int64_t slot_offset(int64_t s, int64_t page_size, int
   return (s / page_size) * page_stride + (s % page_size) * row_stride;
 }
 
+// slot_offset for a row written by one warp: a slot outside the cache is also counted, once
+// (lane 0), in *invalid_count when the caller passed a counter.
+__device__ __forceinline__ int64_t slot_offset_counted(int64_t s, int64_t page_size, int64_t slots, int64_t page_stride,
+                                                       int64_t row_stride, int* invalid_count, int lane) {
+  const int64_t row = slot_offset(s, page_size, slots, page_stride, row_stride);
+  if (row < 0 && lane == 0 && invalid_count) atomicAdd(invalid_count, 1);
+  return row;
+}
+
 // One row by one warp, any element strides: lane l converts elements l, l + 32, ...
 // kFp8: out is fp8 bytes; else out is bf16 (raw 16-bit copies, scale unused).
 template <bool kFp8>

@@ -31,11 +31,8 @@ __global__ void __launch_bounds__(kWarps * 32) mla_write_kv_kernel(MlaWriteKvPar
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (t >= p.T) return;
   const int64_t s = mla::load_index(p.loc, p.loc_i64, t * p.loc_s0);
-  const int64_t row = mla::slot_offset(s, p.page_size, p.slots, p.cache_s0, p.cache_s1);
-  if (row < 0) {
-    if (lane == 0 && p.invalid_count) atomicAdd(p.invalid_count, 1);
-    return;
-  }
+  const int64_t row = mla::slot_offset_counted(s, p.page_size, p.slots, p.cache_s0, p.cache_s1, p.invalid_count, lane);
+  if (row < 0) return;
   const uint16_t* nope = p.k_nope + t * p.k_nope_s0;
   const uint16_t* pe = p.k_pe + t * p.k_pe_s0;
   if constexpr (kVec) {
