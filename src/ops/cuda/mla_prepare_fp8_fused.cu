@@ -33,45 +33,24 @@ struct MlaPrepareFusedParams {
 constexpr int kMaxWarps = 8;
 int warps_per_block(int64_t rows) { return rows <= 768 ? 4 : 8; }
 
-// Rows per warp: a warp issues the loads of all its rows before converting any. More rows per
-// warp put more bytes in flight per warp but fewer warps in the grid; measured on the H200
-// (2026-11-29, us at T = 64 / 1024 / 4096, H = 32): 1 row 3.89 / 19.4 / 69.6, 2 rows 4.74 /
-// 21.0 / 70.1, 4 rows 6.87 / 26.3 / 83.2. One row per warp it is; the split of load and store
-// stays (it is where a deeper pipeline would go).
-constexpr int kRowsPerWarp = 1;
-
+// One row per warp, measured against more (each warp issuing the loads of all its rows before
+// converting any) on the H200 (2026-11-29, us at T = 64 / 1024 / 4096, H = 32): 1 row 3.89 /
+// 19.4 / 69.6, 2 rows 4.74 / 21.0 / 70.1, 4 rows 6.87 / 26.3 / 83.2.
 __global__ void __launch_bounds__(kMaxWarps * 32) mla_prepare_fp8_fused_kernel(MlaPrepareFusedParams p) {
   const int lane = threadIdx.x % 32;
-  const int64_t first = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) * kRowsPerWarp;
-  const int64_t rows = p.T * (p.H + 1);
-  mla::RowIn in[kRowsPerWarp];
-  int64_t slot[kRowsPerWarp];
-  // Every load first: the rows' inputs, and for KV rows the slot (the row address depends on it).
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int64_t item = first + i;
-    if (item >= rows) break;
-    if (item < p.T) {  // KV role: token t = item
-      slot[i] = mla::load_index(p.loc, p.loc_i64, item * p.loc_s0);
-      in[i] = mla::load_row_vec(p.k_nope + item * p.k_nope_s0, p.k_pe + item * p.k_pe_s0, lane);
-    } else {  // Q role: (token, head) row r
-      const int64_t r = item - p.T, t = r / p.H, h = r % p.H;
-      in[i] = mla::load_row_vec(p.q_nope + t * p.q_nope_s0 + h * p.q_nope_s1, p.q_pe + t * p.q_pe_s0 + h * p.q_pe_s1, lane);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int64_t item = first + i;
-    if (item >= rows) break;
-    if (item < p.T) {
-      const int64_t row =
-          mla::slot_offset_counted(slot[i], p.page_size, p.slots, p.cache_s0, p.cache_s1, p.invalid_count, lane);
-      if (row < 0) continue;  // outside the cache: skipped, counted
-      mla::store_row_fp8_vec(p.cache + row, in[i], p.kv_scale, lane);
-    } else {
-      const int64_t r = item - p.T, t = r / p.H, h = r % p.H;
-      mla::store_row_fp8_vec(p.q_out + t * p.q_out_s0 + h * p.q_out_s1, in[i], p.q_scale, lane);
-    }
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (item >= p.T * (p.H + 1)) return;
+  if (item < p.T) {  // KV role: token t = item
+    const int64_t slot = mla::load_index(p.loc, p.loc_i64, item * p.loc_s0);
+    const mla::RowIn in = mla::load_row_vec(p.k_nope + item * p.k_nope_s0, p.k_pe + item * p.k_pe_s0, lane);
+    const int64_t row = mla::slot_offset_counted(slot, p.page_size, p.slots, p.cache_s0, p.cache_s1, p.invalid_count, lane);
+    if (row < 0) return;  // outside the cache: skipped, counted
+    mla::store_row_fp8_vec(p.cache + row, in, p.kv_scale, lane);
+  } else {  // Q role: (token, head) row r
+    const int64_t r = item - p.T, t = r / p.H, h = r % p.H;
+    const mla::RowIn in =
+        mla::load_row_vec(p.q_nope + t * p.q_nope_s0 + h * p.q_nope_s1, p.q_pe + t * p.q_pe_s0 + h * p.q_pe_s1, lane);
+    mla::store_row_fp8_vec(p.q_out + t * p.q_out_s0 + h * p.q_out_s1, in, p.q_scale, lane);
   }
 }
 
@@ -106,8 +85,7 @@ void mla_prepare_fp8_fused(const MlaPrepareFp8Args& a, Stream stream) {
   if (p.T == 0) return;
   const int64_t rows = p.T * (p.H + 1);
   const int warps = warps_per_block(rows);
-  const int64_t warps_needed = (rows + kRowsPerWarp - 1) / kRowsPerWarp;
-  const int blocks = checked_int((warps_needed + warps - 1) / warps, "mla_prepare_fp8_fused", "blocks");
+  const int blocks = checked_int((rows + warps - 1) / warps, "mla_prepare_fp8_fused", "blocks");
   mla_prepare_fp8_fused_kernel<<<blocks, warps * 32, 0, as_cuda(stream)>>>(p);
   KESTREL_LAUNCHED("mla_prepare_fp8_fused_kernel");
 }
