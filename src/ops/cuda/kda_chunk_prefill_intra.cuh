@@ -239,8 +239,8 @@ __device__ __forceinline__ bool find_chunk(const Params& p, int64_t slot, int64_
 __device__ __forceinline__ void tc_job(IntraSmem& s, float* ws, int pr, bool qk, int lane) {
   const int I = pair_i(pr), J = pair_j(pr);
   float c[1][2][4] = {};
-  mma::warp_mma_tf32<1, 2, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, kK / 8,
-                                 lane, &s.cf[pr][0]);
+  mma::warp_mma_tf32<kK / 8, 1, 2, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK,
+                                          lane, kK / 8, &s.cf[pr][0]);
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) {
