@@ -79,6 +79,19 @@ void launch(Params p, cudaStream_t stream) {
   scratch_free(p.ws, stream);
 }
 
+// The intra kernel's vector loads of a lane's 4 key dims: q and k at channel h K + 4 lane of a
+// mixed_qkv row (channel stride 1), raw_g at d = 4 lane with d stride 1; every row start, and so
+// every such group, aligned to 4 elements.
+bool rows_vectorizable(const KdaChunkPrefillArgs& a) {
+  auto aligned4 = [](const TensorView& t) {
+    return reinterpret_cast<uintptr_t>(t.data) % (4 * dtype_size(t.dtype)) == 0;
+  };
+  const bool qkv = aligned4(a.mixed_qkv) && a.mixed_qkv.stride(0) % 4 == 0;
+  const bool g = aligned4(a.raw_g) && a.raw_g.stride(2) == 1 && a.raw_g.stride(1) % 4 == 0 &&
+                 a.raw_g.stride(0) % 4 == 0;
+  return qkv && g;
+}
+
 bool slots_aligned(const TensorView& pool) {
   return reinterpret_cast<uintptr_t>(pool.data) % 16 == 0 && (pool.size(0) <= 1 || pool.stride(0) % 4 == 0);
 }
@@ -144,6 +157,7 @@ void kda_chunk_prefill(const KdaChunkPrefillArgs& a, Stream stream) {
   p.init64 = a.has_initial_state.defined() && a.has_initial_state.dtype == DType::i64;
   p.cuk64 = a.checkpoints.defined() && a.cu_checkpoints.dtype == DType::i64;
   p.has_lb = a.lower_bound.has_value();
+  p.vec_rows = rows_vectorizable(a);
   p.lb = a.lower_bound.value_or(0.0f);
   if (p.N == 0 || p.H == 0 || p.tiles == 0) return;
   switch (a.out.dtype) {

@@ -57,6 +57,7 @@ struct Params {
   int64_t chunk_slots;       // N + T / 64: every f(n) + c below is < this
   int N, H, V, tiles;
   bool g_bf16, beta_bf16, cu64, slot64, init64, cuk64, has_lb;
+  bool vec_rows;             // q, k rows and raw_g rows: 4 elements per lane as one aligned vector load
   float lb;
 };
 

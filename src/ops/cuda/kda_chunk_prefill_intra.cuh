@@ -103,11 +103,22 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
   if constexpr (kHalf > 1) reduce_scatter_step<kHalf / 2>(v, lane);
 }
 
+// 4 consecutive elements (aligned to 4) as one 8- or 16-byte load, widened to f32.
+__device__ __forceinline__ float4 load4(const float* x) { return *reinterpret_cast<const float4*>(x); }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* x) {
+  const uint2 u = *reinterpret_cast<const uint2*>(x);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+
 // P1: token rows of the chunk into shared memory (a warp per row; lane l owns key dims 4l..4l+3).
-// The warp's 8 rows go in two batches of 4: a batch's 52 scalar loads are issued together (the
-// phase is latency-bound; the SM's other CTA covers the rest), then normalised and stored. Two
-// batches rather than one keep the kernel within 128 registers (two CTAs per SM).
-template <typename T>
+// The phase is latency-bound (the SM's other CTA covers part of it): a batch's loads are issued
+// together, then normalised and stored, in two batches of 4 rows (52 floats of loads each, within
+// the 128 registers of two CTAs per SM; one batch of 8 spilled). kVec (Params::vec_rows: q, k and
+// raw_g rows contiguous and aligned, the usual layout): a lane's 4 dims of q, of k and of raw_g are
+// one vector load each (Nsight on the H200: with 13 scalar loads per row this phase was 45% of the
+// kernel's stall samples, mostly waiting on them); otherwise scalar loads with any strides.
+template <typename T, bool kVec>
 __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t row0, int C, int h, int warp,
                                           int lane, const float (&dt)[4], float exp_a_log) {
   constexpr float kEps = 1e-6f;                      // inside the sqrt (kda_math.h kL2Eps)
@@ -125,11 +136,23 @@ __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t
       const int64_t row = row0 + i;
       const bool live = i < C;  // warp-uniform
       const T* x = static_cast<const T*>(p.qkv) + row * p.qkv_s0 + static_cast<int64_t>(h) * kK + d0;
+      if constexpr (kVec) {
+        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+        const int64_t go = row * p.g_s0 + h * p.g_s1 + d0;
+        const float4 q4 = live ? load4(x) : zero, k4 = live ? load4(x + HK) : zero;
+        const float4 g4 = !live ? zero
+                          : p.g_bf16 ? load4(static_cast<const __nv_bfloat16*>(p.raw_g) + go)
+                                     : load4(static_cast<const float*>(p.raw_g) + go);
+        qv[r][0] = q4.x; qv[r][1] = q4.y; qv[r][2] = q4.z; qv[r][3] = q4.w;
+        kv[r][0] = k4.x; kv[r][1] = k4.y; kv[r][2] = k4.z; kv[r][3] = k4.w;
+        gv[r][0] = g4.x; gv[r][1] = g4.y; gv[r][2] = g4.z; gv[r][3] = g4.w;
+      } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        qv[r][e] = live ? to_f32(x[e]) : 0.0f;
-        kv[r][e] = live ? to_f32(x[HK + e]) : 0.0f;
-        gv[r][e] = live ? load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2) : 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          qv[r][e] = live ? to_f32(x[e]) : 0.0f;
+          kv[r][e] = live ? to_f32(x[HK + e]) : 0.0f;
+          gv[r][e] = live ? load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2) : 0.0f;
+        }
       }
       bv[r] = live ? load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1) : 0.0f;
     }
@@ -239,8 +262,10 @@ __device__ __forceinline__ bool find_chunk(const Params& p, int64_t slot, int64_
 __device__ __forceinline__ void tc_job(IntraSmem& s, float* ws, int pr, bool qk, int lane) {
   const int I = pair_i(pr), J = pair_j(pr);
   float c[1][2][4] = {};
-  mma::warp_mma_tf32<kK / 8, 1, 2, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK,
-                                          lane, kK / 8, &s.cf[pr][0]);
+  // k-steps at run time (unrolled twice): the fully unrolled loop doubled the kernel's
+  // instruction-cache stalls (no_inst 10% -> 18% of the samples on the H200) for no gain.
+  mma::warp_mma_tf32<0, 1, 2, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane,
+                                     kK / 8, &s.cf[pr][0]);
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) {
@@ -281,7 +306,11 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
   for (int e = 0; e < 4; ++e) dt[e] = p.dt_bias[(static_cast<int64_t>(h) * kK + 4 * lane + e) * p.dt_s0];
 
   // ---- P1
-  load_rows<T>(p, s, row0, C, h, warp, lane, dt, exp_a_log);
+  if (p.vec_rows) {
+    load_rows<T, true>(p, s, row0, C, h, warp, lane, dt, exp_a_log);
+  } else {
+    load_rows<T, false>(p, s, row0, C, h, warp, lane, dt, exp_a_log);
+  }
   __syncthreads();
   // ---- P2: Gam = cumsum(g) over the chunk, per key dim; b_I; whether every block's decay is
   // within kDiagMaxDrop (g <= 0, so Gam only falls: a block's largest drop is b_{I-1} - b_I).
