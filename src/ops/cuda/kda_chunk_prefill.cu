@@ -5,7 +5,10 @@
 // (docs/verification.md) at e9c5392: 1.24 ms at T = 4096, H = 32, 4x its prediction and still
 // slower than fla (docs/perf.md says where the time went). The intra-chunk kernel's
 // two-CTAs-per-SM layout came after that run and passed the same checks at 88276b9: intra
-// 701 -> 362 us, the whole op 1.24 -> 0.95 ms at T = 4096, H = 32 (state kernel: 540 us).
+// 701 -> 362 us, the whole op 1.24 -> 0.95 ms at T = 4096, H = 32 (state kernel: 540 us). At
+// a97aa9c (integer tf32 splits, ldmatrix, balanced warps in the state kernel; vector row loads
+// in the intra kernel; each step verified and timed on the H200, docs/perf.md): state 353 us,
+// intra 295 us, the whole op 0.66 ms at T = 4096, H = 32 (1.5x fla), 10.2 ms at 64k (0.8x fla).
 //
 // v2: two kernels. (v1, one f32 SIMT CTA per (sequence, head, 32 value columns) walking every
 // chunk and redoing the state-independent work per tile, ran 2.63 ms at T = 4096, H = 32.)
@@ -26,7 +29,10 @@
 // the call stays capturable; unused slots exit at once. The workspace is stream-ordered scratch
 // (scratch_alloc: the device's default pool, kept mapped between calls).
 //
-// Precision: v1's algorithm (every exponential of a difference Gam_i - Gam_j with i >= j, per
+// Precision (the emulation below used cvt.rna tf32 roundings; the kernels now split by integer
+// rounding and pass plain operands as truncated f32 bits, mma_tf32.cuh: ~2x the error on the
+// plain products, the state's path still ~f32; the full matrix passes at 4e-3):
+// v1's algorithm (every exponential of a difference Gam_i - Gam_j with i >= j, per
 // 16-row block reference points, so every factor is <= 1 however strong the decay); kernel 1
 // f32 with 3xTF32 (~f32) off-diagonal products; kernel 2 3xTF32 on the carried state's path (Kg S,
 // Tm Y, Kd^T Vn), plain tf32 for the output-only Qg S and Aqk Vn (kda_chunk_prefill_state.cuh,
