@@ -134,6 +134,7 @@ Result run_case(const Case& c, const Options& opt, int64_t l2_bytes) {
   r.name = c.name;
   r.bytes = c.bytes;
   r.flops = c.flops;
+  r.tokens = c.tokens;
   try {
     OwnedStream stream;
     const cudaStream_t s = stream.get();

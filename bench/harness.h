@@ -58,6 +58,10 @@ struct Case {
   std::vector<BufferDecl> buffers;
   double bytes = 0;  // the fewest bytes one call must move: inputs read once, outputs written once
   double flops = 0;  // floating-point operations of one call
+  // Tokens one call processes, for the throughput an engine quotes (decode: sequences; verify:
+  // sequences x tokens each; prefill and prepare: all tokens; attention: query rows); 0 where
+  // a token count means nothing (a GEMM, a cast).
+  double tokens = 0;
   Timing timing = Timing::automatic;
   // Runs the op once on one rotation set: `bufs[i]` is a contiguous view of `buffers[i]`.
   std::function<void(const std::vector<TensorView>& bufs, Stream stream)> run;
@@ -111,7 +115,7 @@ struct Result {
   bool ok = false;
   std::string error;  // when !ok
   Stats time;
-  double bytes = 0, flops = 0;
+  double bytes = 0, flops = 0, tokens = 0;
   int sets = 0;           // rotation sets used
   double rotated_bytes = 0;  // bytes touched across all sets (sets * bytes); 4x L2 unless capped
   bool rotation_capped = false;  // the set count hit its cap before reaching 4x L2
@@ -125,6 +129,7 @@ struct Result {
   // Derived from the ceilings (0 when they were not measured).
   double gbps() const { return time.median_us > 0 ? bytes / (time.median_us * 1e3) : 0; }
   double tflops() const { return time.median_us > 0 ? flops / (time.median_us * 1e6) : 0; }
+  double mtok_per_s() const { return time.median_us > 0 ? tokens / time.median_us : 0; }  // 1e6 tokens/s
   double intensity() const { return bytes > 0 ? flops / bytes : 0; }
 };
 

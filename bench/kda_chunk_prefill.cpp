@@ -41,6 +41,7 @@ void add_case(Registry& r, const std::string& name, const std::vector<int64_t>& 
   c.bytes = kda::token_bytes(T, H) + 2 * tensor_bytes(DType::f32, {N, H, kV, kK}) + tensor_bytes(DType::i32, {2 * N + 1}) +
             (ckpt ? tensor_bytes(DType::f32, {cuk[N], H, kV, kK}) + tensor_bytes(DType::i32, {N + 1}) : 0.0);
   c.flops = flops_per_token_head() * static_cast<double>(T) * H;
+  c.tokens = static_cast<double>(T);
   const FixedInts distinct = FixedInts::slots(N), cu_fill(cu), cuk_fill(cuk);
   c.run = [=](const std::vector<TensorView>& b, Stream s) {
     distinct.ensure(b[8]);

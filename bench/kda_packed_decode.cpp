@@ -23,6 +23,7 @@ void add_kda_packed_decode_benches(Registry& r) {
         c.bytes = 2 * tensor_bytes(pool, {B, H, kV, kK}) + kda::token_bytes(B, H) + tensor_bytes(DType::i32, {B});
         // Per state element: decay, the k dot (mul + add), the update (fma), the q dot (mul + add).
         c.flops = 7.0 * B * H * kK * kV;
+        c.tokens = static_cast<double>(B);
         const FixedInts distinct = FixedInts::slots(B);
         c.run = [distinct](const std::vector<TensorView>& b, Stream s) {
           distinct.ensure(b[7]);

@@ -24,6 +24,7 @@ void add_kda_recurrent_benches(Registry& r) {
       c.bytes = (1 + T) * tensor_bytes(DType::f32, {N, H, kV, kK}) + kda::token_bytes(rows, H) +
                 tensor_bytes(DType::i32, {N, S + 1});
       c.flops = 7.0 * rows * H * kK * kV;
+      c.tokens = static_cast<double>(rows);
       const FixedInts distinct = FixedInts::slots(N * S);
       c.run = [distinct](const std::vector<TensorView>& b, Stream s) {
         distinct.ensure(b[7]);

@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
 
   if (cli.list) {
     for (const kb::Case* c : cases)
-      std::printf("%-*s  bytes %.0f  flops %.0f\n", name_width, c->name.c_str(), c->bytes, c->flops);
+      std::printf("%-*s  bytes %.0f  flops %.0f  tokens %.0f\n", name_width, c->name.c_str(), c->bytes, c->flops,
+                  c->tokens);
     return 0;
   }
 

@@ -47,6 +47,7 @@ void add_mla_attention_benches(Registry& r) {
     c.bytes = static_cast<double>(B) * ctx * ops::kMlaRow * static_cast<double>(dtype_size(dt)) +
               tensor_bytes(q_dt, {Tq, H, ops::kMlaRow}) + tensor_bytes(DType::bf16, {Tq, H, ops::kMlaNope});
     c.flops = 2.0 * static_cast<double>(H) * (ops::kMlaRow + ops::kMlaNope) * keys;
+    c.tokens = static_cast<double>(Tq);
     std::vector<int32_t> starts(static_cast<size_t>(B + 1));
     for (int64_t i = 0; i <= B; ++i) starts[i] = static_cast<int32_t>(i * q_len);
     const FixedInts q_start(std::move(starts));

@@ -101,6 +101,7 @@ void add_mla_prepare_benches(Registry& r) {
         c.bytes = tensor_bytes(DType::bf16, {T, H + 1, kMlaRow}) + tensor_bytes(DType::i64, {T}) +
                   tensor_bytes(DType::fp8_e4m3, {T, H + 1, kMlaRow});
         c.flops = 0;
+        c.tokens = static_cast<double>(T);
         c.timing = Timing::graph;
         const DistinctLoc distinct(num_pages * kPage);
         c.run = [distinct, fused](const std::vector<TensorView>& b, Stream s) {

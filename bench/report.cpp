@@ -52,7 +52,7 @@ struct Column {
 constexpr Column kColumns[] = {
     {"mode", 6, true}, {"sets", 6},  {"launches", 8}, {"median us", 10}, {"min us", 9}, {"p90 us", 9},
     {"bytes", 7},      {"FLOPs", 7}, {"GB/s", 8},     {"TFLOP/s", 8},    {"%copy", 6},  {"%gemm", 6},
-    {"bound", 5, true}, {"%roof", 6},
+    {"bound", 5, true}, {"%roof", 6}, {"Mtok/s", 7},
 };
 
 void print_cells(const std::string& name, int name_width, const std::vector<std::string>& cells) {
@@ -138,7 +138,7 @@ void print_table_row(const Result& r, const Ceilings& c, int name_width) {
                launches_cell(r.launches), fixed(r.time.median_us, 2), fixed(r.time.min_us, 2), fixed(r.time.p90_us, 2),
                si(r.bytes), si(r.flops), fixed(r.gbps(), 1), fixed(r.tflops(), 2),
                pct(r.gbps(), c.measured ? c.copy_gbps : 0), pct(r.tflops(), c.measured ? c.gemm_tflops : 0),
-               bound_of(r, c), fl > 0 ? pct(fl, r.time.median_us) : "-"});
+               bound_of(r, c), fl > 0 ? pct(fl, r.time.median_us) : "-", r.tokens > 0 ? fixed(r.mtok_per_s(), 2) : "-"});
   if (r.rotation_capped)
     std::printf("%-*s  note: * rotation capped at %d sets: %s touched across sets, under 4x L2\n", name_width, "",
                 r.sets, si(r.rotated_bytes).c_str());
@@ -190,6 +190,7 @@ void write_json(const std::string& path, const RunInfo& info, const Ceilings& c,
       << ", \"pct_gemm\": " << (c.measured && r.ok ? jnum(100.0 * r.tflops() / c.gemm_tflops) : "null")
       << ", \"pct_roof\": " << (fl > 0 && r.ok ? jnum(100.0 * fl / r.time.median_us) : "null")
       << ", \"bound\": " << jstr(bound_of(r, c));
+    if (r.tokens > 0) f << ", \"tokens\": " << jnum(r.tokens) << ", \"mtok_per_s\": " << jnum(r.mtok_per_s());
     if (!r.note.empty()) f << ", \"note\": " << jstr(r.note);
     f << "}";
   }
