@@ -7,6 +7,7 @@ fla-org/flash-linear-attention; the commit is printed) on the GPU machine, which
 Triton. Case names are kestrel-bench's, so `--ours bench.json` prints the ratio per case.
 
   PYTHONPATH=.peers python3 bench/peers/fla_kda.py --json out/fla.json --ours out/bench.json
+  ... --filter kda_chunk_prefill --filter kda_packed_decode/B32     (cases containing any word)
 
 Timing, as kestrel-bench does it: every case rotates through enough independent buffer sets to
 cover >= 4x the L2 (so state reads come from HBM, not L2); small cases are timed as CUDA-graph
@@ -163,6 +164,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--ours", help="kestrel-bench JSON to compare with")
+    ap.add_argument("--filter", action="append", default=[],
+                    help="run only cases whose name contains this (repeatable: any of them), as kestrel-bench")
     ap.add_argument("--cases", help="comma-separated cases to run in this process (the driver's child)")
     args = ap.parse_args()
 
@@ -176,7 +179,12 @@ def main():
     # context for good) the child dies, that case is recorded as failed, and a new child takes
     # the rest.
     results, failures = {}, {}
-    todo = list(cases())
+    # A whole run outlasts one 10-minute GPU call (each child that replaces a faulted one
+    # compiles its Triton kernels again): --filter picks the cases a comparison needs.
+    todo = [name for name in cases() if not args.filter or any(f in name for f in args.filter)]
+    if not todo:
+        print(f"fla: no case matches {args.filter}", file=sys.stderr)
+        return 2
     while todo:
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--cases", ",".join(todo)],
                            capture_output=True, text=True)
