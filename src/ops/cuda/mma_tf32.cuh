@@ -2,19 +2,19 @@
 // operand split as x = big + small and the product formed as big*big + big*small + small*big
 // ("3xTF32"), about as accurate as an f32 FFMA loop; or, plain, the f32 operands as they are.
 //
-// The split is integer arithmetic, not cvt.rna.tf32.f32: sm_90 has no instruction for that cvt,
-// and its emulation (range test, add, mask, select) for every operand element, twice per split,
-// was most of the instructions of the prefill state kernel (Nsight, H200: HMMA 7.7% of the
-// issued instructions, FSETP / SEL / LOP3 / IMAD of the conversions over 45%). Here:
-//   big   = the bits of x plus half a tf32 ulp, masked to tf32 (round to nearest, ties away:
-//           what cvt.rna gives for finite x below the largest tf32; 3 instructions with small);
-//   small = x - big, exact in f32, |small| <= 2^-11 |x|, passed as f32 bits;
-// the tensor core reads a .tf32 register's upper 19 bits, so an f32 passed as is loses its low 13
-// mantissa bits (truncation): small to within 2^-10 |small| <= 2^-21 |x|, a plain operand to
-// within 2^-10 |x| (cvt.rna: 2^-11). So a 3xTF32 product errs by <= ~2^-20 |a||b| (the dropped
-// small*small term and small's truncation), a plain one by <= ~2^-9 |a||b|. NaN still propagates:
-// a NaN x passed plain keeps its exponent and top mantissa bits; in a split, big may lose them
-// but small = x - big is NaN. (An infinite x gives a NaN product, as cvt.rna's split did.)
+// The split is integer arithmetic (tf32_split.h, held to its bounds by CPU tests), not
+// cvt.rna.tf32.f32: sm_90 has no instruction for that cvt, and its emulation (range test, add,
+// mask, select) for every operand element, twice per split, was most of the instructions of the
+// prefill state kernel (Nsight, H200: HMMA 7.7% of the issued instructions, FSETP / SEL / LOP3 /
+// IMAD of the conversions over 45%). big = x rounded to nearest at tf32 (add half an ulp, mask),
+// small = x - big (exact, |small| <= 2^-11 |x|), passed as f32 bits; the tensor core reads a
+// .tf32 register's upper 19 bits, so an f32 passed as is loses its low 13 mantissa bits
+// (truncation): small to within 2^-10 |small| <= 2^-21 |x|, a plain operand to within 2^-10 |x|
+// (cvt.rna: 2^-11). So a 3xTF32 product errs by <= ~2^-20 |a||b| (the dropped small*small term
+// and small's truncation), a plain one by <= ~2^-9 |a||b|. NaN still propagates: a NaN x passed
+// plain keeps its exponent and top mantissa bits (a NaN whose payload sits only in the low 13
+// bits would read as infinity; arithmetic never makes one); in a split, big may lose them but
+// small = x - big is NaN. (An infinite x gives a NaN product, as cvt.rna's split did.)
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8" with .tf32; g = lane / 4, t = lane % 4):
 //   A 16 x 8 (row): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4)
@@ -27,14 +27,15 @@
 
 #include <cstdint>
 
+#include "tf32_split.h"
+
 namespace kestrel::ops::cuda::mma {
 
 // x = big + small as above (k3x); without k3x, x's bits as they are (small is left unused).
 template <bool k3x>
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
   if constexpr (k3x) {
-    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-    small = __float_as_uint(x - __uint_as_float(big));
+    tf32::split(x, big, small);
   } else {
     big = __float_as_uint(x);
     small = 0u;
