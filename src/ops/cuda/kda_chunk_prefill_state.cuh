@@ -22,14 +22,16 @@
 //   B3  wait for Kd, Aqk, dec; barrier;  P7 (reads aqk, vnt, kd, dec; st: own elements only).
 // Races, per buffer: qg / kg are written by the copies issued after B2 and read in P5 (after the
 // next B1); tm written after B1 and read in P6 (after B2), kd / aqk / dec written after B1 and
-// read in P7 (after B3), and the next copies into them are issued after the next B1, when every P7 read is done; yt
-// written in P5, read in P6 (B2 between); vnt written in P6, read in P7 (B3), rewritten in the
+// read in P7 (after B3), and the next copies into them are issued after the next B1, when every
+// P7 read is done; yt written in P5, read in P6 (B2 between); vnt written in P6, read in P7
+// (B3), rewritten in the
 // next P6 (two barriers later); st read by all in P5, read and written in P7 by the owner of
 // each element in the P7-state C fragments (B2, B3 between), read again in the next P5 after
 // B1; the final store reads it in the load map after one more barrier.
-// Bank conflicts: fragment loads along a row (A row-major, every B) hit banks 4 g + t with rows
-// of 132 or 68 floats; Kd, read down its columns, has rows of 136 (banks 8 t + g); the C-fragment
-// stores into yt / vnt / st (column 2t (+1), row g) hit banks 8 t + g (+4): all conflict-free.
+// Bank conflicts: ldmatrix reads 8 rows of 16 bytes per block; with rows of 132 or 68 floats
+// (4 banks on from the row before) the 8 rows cover the 32 banks once; Kd, read down its
+// columns element by element, has rows of 136 (banks 8 t + g); the C-fragment stores into yt /
+// vnt / st (column 2t (+1), row g) hit banks 8 t + g (+4): all conflict-free.
 //
 // Shared memory (floats; 197,632 bytes):
 //   st, st_lo [32][132] S^T of the tile    qg, kg [64][132]    kd [64][136]    tm, aqk [64][68]
@@ -41,7 +43,8 @@
 // Measured on the H200 (T = 4096, H = 32, the state kernel alone): 542 us with cvt.rna splits
 // and the 4 + 4 warp split; 448 us with integer splits, every warp on every product and the
 // second load group; then the loop-free copies, the fused Qg S / Kg S pass, the pre-split
-// operands, fixed k-steps for the triangles and separate small-term accumulators (docs/perf.md).
+// operands, fixed k-steps for the triangles and separate small-term accumulators: 353 us
+// (docs/perf.md).
 #pragma once
 
 #include "kda_chunk_prefill_common.cuh"
