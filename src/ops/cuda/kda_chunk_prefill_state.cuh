@@ -24,10 +24,9 @@
 // next B1); tm written after B1 and read in P6 (after B2), kd / aqk / dec written after B1 and
 // read in P7 (after B3), and the next copies into them are issued after the next B1, when every
 // P7 read is done; yt written in P5, read in P6 (B2 between); vnt written in P6, read in P7
-// (B3), rewritten in the
-// next P6 (two barriers later); st read by all in P5, read and written in P7 by the owner of
-// each element in the P7-state C fragments (B2, B3 between), read again in the next P5 after
-// B1; the final store reads it in the load map after one more barrier.
+// (B3), rewritten in the next P6 (two barriers later); st read by all in P5, read and written
+// in P7 by the owner of each element in the P7-state C fragments (B2, B3 between), read again
+// in the next P5 after B1; the final store reads it in the load map after one more barrier.
 // Bank conflicts: ldmatrix reads 8 rows of 16 bytes per block; with rows of 132 or 68 floats
 // (4 banks on from the row before) the 8 rows cover the 32 banks once; Kd, read down its
 // columns element by element, has rows of 136 (banks 8 t + g); the C-fragment stores into yt /
