@@ -16,6 +16,7 @@ void add_gemm_benches(Registry& r);
 void add_kda_benches(Registry& r);  // bench/kda_benches.cpp: every KDA op
 void add_mla_attention_benches(Registry& r);
 void add_mla_prepare_benches(Registry& r);
+void add_copy_benches(Registry& r);  // bench/copy.cpp: same-size copies, the reference for short ops
 
 inline void add_all_benches(Registry& r) {
   add_rms_norm_benches(r);
@@ -28,6 +29,7 @@ inline void add_all_benches(Registry& r) {
   add_kda_benches(r);
   add_mla_attention_benches(r);
   add_mla_prepare_benches(r);
+  add_copy_benches(r);
 }
 
 }  // namespace kestrel::bench
