@@ -19,5 +19,7 @@ __device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src) {
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits for every copy this thread issued (its own only: other threads' copies need a barrier).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// The same for every group but the newest (which may stay in flight).
+__device__ __forceinline__ void cp_async_wait_but_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 }  // namespace kestrel::ops::cuda

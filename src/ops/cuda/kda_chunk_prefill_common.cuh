@@ -9,6 +9,7 @@ namespace kestrel::ops::cuda::kda_chunk {
 
 using kda::load_index;
 using kda::load_real;
+using kda::load4;
 
 inline constexpr int kK = 128;        // key head dim the kernels are written for
 inline constexpr int kC = 64;         // chunk (docs/ops/kda.md)

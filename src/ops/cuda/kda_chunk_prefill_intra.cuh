@@ -103,14 +103,6 @@ __device__ __forceinline__ void reduce_scatter_step(float (&v)[32], int lane) {
   if constexpr (kHalf > 1) reduce_scatter_step<kHalf / 2>(v, lane);
 }
 
-// 4 consecutive elements (aligned to 4) as one 8- or 16-byte load, widened to f32.
-__device__ __forceinline__ float4 load4(const float* x) { return *reinterpret_cast<const float4*>(x); }
-__device__ __forceinline__ float4 load4(const __nv_bfloat16* x) {
-  const uint2 u = *reinterpret_cast<const uint2*>(x);
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
-}
-
 // P1: token rows of the chunk into shared memory (a warp per row; lane l owns key dims 4l..4l+3).
 // The phase is latency-bound (the SM's other CTA covers part of it): a batch's loads are issued
 // together, then normalised and stored, in two batches of 4 rows (52 floats of loads each, within

@@ -46,6 +46,7 @@
 // (docs/perf.md).
 #pragma once
 
+#include "cp_async.cuh"
 #include "kda_chunk_prefill_common.cuh"
 #include "mma_tf32.cuh"
 
@@ -102,14 +103,8 @@ struct alignas(16) StateSmem {
 };
 static_assert(sizeof(StateSmem) == 197632, "the note above states this size");
 
-__device__ __forceinline__ void cp_async16(float* smem, const float* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-// Every group but the newest done.
-__device__ __forceinline__ void cp_async_wait_but_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+// 16 bytes of the workspace into shared memory (cp_async.cuh).
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem) { cp_async_16(smem_u32(smem), gmem); }
 
 // rows x 128 floats of the workspace into a padded [rows][kLdK] shared array, by all threads:
 // thread tid copies float4 tid % 32 of rows tid / 32 + 8 it, so every copy is the thread's base

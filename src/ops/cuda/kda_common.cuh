@@ -19,6 +19,15 @@ __device__ __forceinline__ float load_real(const void* p, bool bf16, int64_t off
   return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[off]) : static_cast<const float*>(p)[off];
 }
 
+// 4 consecutive elements (address aligned to 4 elements) as one 16-byte (f32) or 8-byte (bf16)
+// load, widened to f32 exactly (bf16: element 0 in the low half of the first word).
+__device__ __forceinline__ float4 load4(const float* x) { return *reinterpret_cast<const float4*>(x); }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* x) {
+  const uint2 u = *reinterpret_cast<const uint2*>(x);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+
 // Sum over the 32 lanes of a warp; every lane gets the same bits (the xor butterfly adds the same
 // two operands on both partners at each level).
 __device__ __forceinline__ float warp_sum(float v) {

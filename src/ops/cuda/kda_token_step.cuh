@@ -119,15 +119,8 @@ __device__ __forceinline__ TokenHead finish_token(const TokenRaw& r, const float
   return x;
 }
 
-// A lane's 4 key dims of one state row (p aligned to 4 elements): one 16-byte load from an f32
-// pool, one 8-byte load from a bf16 pool (element 0 in the low half of the first word), widened
-// exactly.
-__device__ __forceinline__ float4 load_state4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ float4 load_state4(const __nv_bfloat16* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
-}
+// A lane's 4 key dims of one state row: load4 (kda_common.cuh), one 16-byte load from an f32
+// pool, one 8-byte load from a bf16 pool.
 
 // The inverse: one 16-byte store, or 4 values rounded to bf16 (nearest even) in one 8-byte store.
 __device__ __forceinline__ void store_state4(float* p, const float4& s) { *reinterpret_cast<float4*>(p) = s; }
@@ -241,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
     float4 s[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
-      s[j] = vb + j < p.V ? load_state4(mine + (b0 + j) * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
+      s[j] = vb + j < p.V ? load4(mine + (b0 + j) * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
     TokenRaw cur = load_token<T>(p, n * steps, h, lane, vb);
 #pragma unroll 1
     for (int t = 0; t < steps; ++t) {
