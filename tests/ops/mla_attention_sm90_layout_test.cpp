@@ -48,6 +48,14 @@ Desc decode(uint64_t d) {
 // the byte address.
 bool hw_addr(uint64_t desc, Major major, int mn, int k, uint32_t& addr) {
   const Desc d = decode(desc);
+  if (d.swizzle == 0 && major == Major::k && d.base_offset == 0) {
+    // No swizzle (interleave), K-major: ((8,m),(T,2k)) : ((T,SBO),(1,LBO)), T = 8 values; no
+    // address permutation. (The kernel uses it only for P read as the A operand.)
+    const uint64_t el = static_cast<uint64_t>(mn % 8) * 8 + static_cast<uint64_t>(mn / 8) * (d.sbo / 2) + (k % 8) +
+                        static_cast<uint64_t>(k / 8) * (d.lbo / 2);
+    addr = d.start + static_cast<uint32_t>(2 * el);
+    return true;
+  }
   if (d.swizzle != 1 || d.base_offset != 0) return false;
   uint64_t el;
   if (major == Major::k) {
@@ -269,6 +277,68 @@ TEST(MlaAttentionSm90Layout, DescriptorFields) {
   EXPECT_EQ(v & 0x3FFF, (0x12000u + 4 * 4096 + 2048) >> 4);
   EXPECT_EQ((v >> 16) & 0x3FFF, 4096u >> 4);
   EXPECT_EQ((v >> 32) & 0x3FFF, 1024u >> 4);
+}
+
+// The seesaw schedule's P exchange: the warpgroup that computed P (score registers, the
+// accumulator map) stores bf16 pairs at p_offset; the other reads P as the A operand of its PV
+// wgmma through p_desc(ks). Every (row, key) must come back, for both k-steps.
+std::string emulate_p_exchange(const std::function<uint32_t(int, int)>& p_off,
+                               const std::function<uint64_t(uint32_t, int)>& p_dsc) {
+  constexpr uint32_t kBase = 0x2000, kSmem = 0x4000;
+  std::vector<uint8_t> smem(kSmem, 0xff);
+  std::vector<float> P(sm::kRows * sm::kKeys);
+  for (size_t x = 0; x < P.size(); ++x) P[x] = static_cast<float>(static_cast<int>(x % 251) - 125);
+  for (int t = 0; t < 128; ++t)
+    for (int i = 0; i < 16; i += 2) {  // register pairs (i, i + 1): adjacent keys of one row
+      const int row = sm::frag_d_row(t, i), key = sm::frag_d_col(t, i);
+      if (sm::frag_d_row(t, i + 1) != row || sm::frag_d_col(t, i + 1) != key + 1) return "pair is not two adjacent keys";
+      const uint32_t off = kBase + p_off(row, key);
+      if (off % 4 != 0 || off + 4 > kSmem) return "P writer: unaligned or out of range";
+      const uint16_t b0 = bf16_bits(P[row * sm::kKeys + key]), b1 = bf16_bits(P[row * sm::kKeys + key + 1]);
+      std::memcpy(&smem[off], &b0, 2);
+      std::memcpy(&smem[off + 2], &b1, 2);
+    }
+  for (int ks = 0; ks < sm::kKeys / 16; ++ks)
+    for (int r = 0; r < sm::kRows; ++r)
+      for (int k = 0; k < 16; ++k) {
+        uint32_t a;
+        if (!hw_addr(p_dsc(kBase, ks), Major::k, r, k, a) || a + 2 > kSmem) return "P descriptor unreadable";
+        uint16_t b;
+        std::memcpy(&b, &smem[a], 2);
+        if (bf16_value(b) != P[r * sm::kKeys + 16 * ks + k])
+          return "P read back wrong at row " + std::to_string(r) + " key " + std::to_string(16 * ks + k);
+      }
+  return "";
+}
+
+TEST(MlaAttentionSm90Layout, SeesawPExchangeRoundTrips) {
+  EXPECT_EQ(emulate_p_exchange(sm::p_offset, sm::p_desc), "");
+  // The 32 lanes of one warp's store of a register pair hit 32 distinct banks.
+  for (int w = 0; w < 4; ++w)
+    for (int i = 0; i < 16; i += 2) {
+      std::vector<int> seen(32, 0);
+      for (int lane = 0; lane < 32; ++lane) {
+        const int t = 32 * w + lane;
+        ++seen[(sm::p_offset(sm::frag_d_row(t, i), sm::frag_d_col(t, i)) / 4) % 32];
+      }
+      for (int b = 0; b < 32; ++b) EXPECT_EQ(seen[b], 1) << "warp " << w << " pair " << i << " bank " << b;
+    }
+  // Planted bugs.
+  EXPECT_NE(emulate_p_exchange(sm::p_offset,
+                               [](uint32_t base, int ks) {
+                                 return sm::make_desc_interleave(base + ks * 2 * sm::kPLbo, sm::kPSbo, sm::kPLbo);
+                               }),
+            "")
+      << "LBO and SBO swapped";
+  EXPECT_NE(emulate_p_exchange(sm::p_offset,
+                               [](uint32_t base, int ks) {
+                                 return sm::make_desc_interleave(base + ks * sm::kPLbo, sm::kPLbo, sm::kPSbo);
+                               }),
+            "")
+      << "k-step advancing one core matrix";
+  EXPECT_NE(emulate_p_exchange([](int row, int key) { return static_cast<uint32_t>(row * 64 + key * 2); }, sm::p_desc),
+            "")
+      << "row-major P";
 }
 
 // Planted bugs: each one must be caught.

@@ -96,6 +96,28 @@ KESTREL_SM90_HD uint64_t v_desc(uint32_t kv_base, int c, int ks) {
   return make_desc_sw128(kv_base + static_cast<uint32_t>((4 * c) * kKvChunkBytes + ks * 16 * 128), kKvChunkBytes, kSbo);
 }
 
+// ---- P through shared memory (the seesaw schedule) -------------------------------------------
+// The probabilities of a 32-key tile, 64 rows x 32 keys bf16 (one buffer for hi, one for lo),
+// written by the warpgroup that computed them and read by the other as the A operand of its PV
+// wgmma: K-major, no swizzle (canonical ((8,m),(T,2k)) : ((T,SBO),(1,LBO)), T = 8 values): core
+// matrices of 8 rows x 8 keys (rows 16 B apart), the 4 along the keys kPLbo = 128 B apart, the 8
+// along the rows kPSbo = 512 B apart. A writer's bf16 pair (row, 2t + 8i .. +1) lands at
+// 16 (row % 8) + 4 t + const: the 32 lanes of a fragment store cover 128 contiguous bytes.
+constexpr uint32_t kPBytes = kRows * kKeys * 2;  // 4,096
+constexpr uint32_t kPLbo = 128, kPSbo = 512;
+static_assert(kPSbo == (kKeys / 8) * kPLbo && kPBytes == (kRows / 8) * kPSbo);
+KESTREL_SM90_HD uint32_t p_offset(int row, int key) {
+  return static_cast<uint32_t>((row / 8) * kPSbo + (key / 8) * kPLbo + (row % 8) * 16 + (key % 8) * 2);
+}
+// No swizzle: layout type 0 in bits 62-63.
+KESTREL_SM90_HD uint64_t make_desc_interleave(uint32_t start, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return desc_encode(start) | desc_encode(lbo_bytes) << 16 | desc_encode(sbo_bytes) << 32;
+}
+// P as the A operand of PV k-step ks (keys 16 ks .. 16 ks + 15): two core matrices along K.
+KESTREL_SM90_HD uint64_t p_desc(uint32_t p_base, int ks) {
+  return make_desc_interleave(p_base + static_cast<uint32_t>(ks * 2) * kPLbo, kPLbo, kPSbo);
+}
+
 // ---- register fragments (PTX ISA figures "WGMMA .m64nNk16 register fragment layout") ---------
 // Thread t of a warpgroup (warp w = t / 32, g = (t % 32) / 4, q = t % 4).
 // Accumulator D (f32, N/2 registers): register i holds row 16 w + g + 8 ((i / 2) % 2), column
