@@ -140,19 +140,21 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg bu
 constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffKv = kOffQ + kQBytes;
 constexpr uint32_t kOffRaw = kOffKv + kStages * kKvBytes;
-constexpr uint32_t kOffXs = kOffRaw + kRawSlots * kRawSlotBytes;
-constexpr uint32_t kXsBytes = 2 * 16 * 128 * 4;
-constexpr uint32_t kOffStatus = kOffXs + kXsBytes;
+constexpr uint32_t kOffP = kOffRaw + kRawSlots * kRawSlotBytes;  // P of WG c: hi at c * 2 kPBytes, lo after it
+constexpr uint32_t kOffRows = kOffP + 4 * kPBytes;  // per row: m_pub [2][64], sc_pub [2][64], l_pub [2][64] f32
+constexpr uint32_t kOffStatus = kOffRows + 6 * kRows * 4;
 constexpr uint32_t kOffBar = kOffStatus + kRawSlots * 32;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages, kBarRaw = kOffBar + 16 * kStages;
 constexpr uint32_t kBarLanding = kBarRaw + 8 * kRawSlots;
 constexpr uint32_t kSmemUsed = kBarLanding + 8;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
-static_assert(kOffKv % 1024 == 0 && kKvBytes % 1024 == 0 && kOffRaw % 16 == 0 && kOffXs % 16 == 0 && kOffBar % 8 == 0);
-static_assert(kSmemBytes == 220320 && kSmemBytes <= 232448, "the design note states the shared-memory size");
+static_assert(kOffKv % 1024 == 0 && kKvBytes % 1024 == 0 && kOffRaw % 16 == 0 && kOffP % 128 == 0 && kOffBar % 8 == 0);
+static_assert(kSmemBytes == 221856 && kSmemBytes <= 232448, "the design note states the shared-memory size");
 
-// Named barriers (0 is __syncthreads).
-constexpr int kBarXsFree = 1, kBarXsFull = 2, kBarQ = 3, kBarProducer = 4;
+// Named barriers (0 is __syncthreads). The seesaw pairs (consumers only, 256 = 128 arriving +
+// 128 syncing): P0 full / free (warpgroup 0's P, m and rescale of tile a, read by warpgroup 1),
+// P1 full / free (warpgroup 1's, tile b), L (the row sums at the end of a row tile).
+constexpr int kBarP0Full = 1, kBarP1Full = 2, kBarQ = 3, kBarProducer = 4, kBarP0Free = 5, kBarP1Free = 6, kBarL = 7;
 
 // The KV range of one (sequence, split) and, per row tile, the keys its rows attend (as v1).
 struct SeqPlan {
@@ -359,17 +361,105 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
   }
 }
 
-// ---- consumer warpgroups -------------------------------------------------------------------------
+// ---- consumer warpgroups: the seesaw schedule -----------------------------------------------------
 // Consumer c (0, 1), thread t of its warpgroup: score register i <-> (row frag_d_row(t, i),
 // key frag_d_col(t, i)); output register i <-> (row frag_d_row(t, i), column c*256 +
-// frag_d_col(t, i)).
+// frag_d_col(t, i)). The KV tiles go in pairs (a = 2 pr, b = 2 pr + 1): warpgroup 0 computes
+// the whole QK of tile a and its softmax, warpgroup 1 those of tile b, so one warpgroup's
+// softmax runs while the other's QK keeps the tensor cores busy. Both hold the same running
+// row maximum m, handed over through shared memory with the probabilities: P_a (hi, lo),
+// m after a and the rescale of a (alpha_a = exp2(m_before - m_a), 1 where unchanged) go from
+// warpgroup 0 to 1; P_b, m_b and alpha_b back. Each warpgroup then multiplies P of both tiles
+// into its own 256 output columns: warpgroup 0 adds P_a V_a (registers), rescales by alpha_b,
+// adds P_b V_b (P from shared memory); warpgroup 1 rescales by alpha_a, adds P_a V_a (shared
+// memory), rescales by alpha_b, adds P_b V_b (registers). o, l and m agree at the end of every
+// pair in both; the row sums l (each warpgroup's own tiles) are added at the end.
+//
+// Softmax of one tile in base 2 (as v1): masked keys -inf; m_use = 0 while nothing is attended;
+// lazy rescaling (m follows the row maximum only when it grows by more than kRescaleSlack, then
+// the warp's rows are rescaled). In: the scores (raw) and m; out: P in sc, m and l updated (l
+// *= alpha, += the row sums of this thread's columns), alpha per row, whether the warp rescaled.
+__device__ __forceinline__ bool softmax_tile(float (&sc)[16], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                             const TilePlan& tp, int tile_begin, const int (&lim)[2], int t,
+                                             float scale_log2) {
+  float mx[2] = {-INFINITY, -INFINITY};
+  const int key0 = tile_begin + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int h = (i >> 1) & 1;
+    const int key = key0 + frag_d_col(0, i);  // frag_d_col(t, i) = frag_d_col(t, 0) + frag_d_col(0, i)
+    const bool ok = key < tp.kv_end && key < lim[h];
+    sc[i] = ok ? sc[i] * scale_log2 : -INFINITY;
+    mx[h] = fmaxf(mx[h], sc[i]);
+  }
+  bool grow = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    grow |= mx[h] > m[h] + kRescaleSlack;  // (m = -inf: any attended key)
+  }
+  alpha[0] = alpha[1] = 1.0f;
+  const bool rescale = __any_sync(0xffffffffu, grow);
+  if (rescale) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float m_new = fmaxf(m[h], mx[h]);
+      alpha[h] = exp2f(m[h] - (m_new == -INFINITY ? 0.0f : m_new));  // 0 while nothing was attended
+      m[h] = m_new;
+      l[h] *= alpha[h];
+    }
+  }
+  const float m_use[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const int h = (i >> 1) & 1;
+    sc[i] = exp2f(sc[i] - m_use[h]);
+    l[h] += sc[i];
+  }
+  return rescale;
+}
+
+// o and l times alpha per row (h), when some row of the warp has alpha != 1. No wgmma writing o
+// may be in flight.
+__device__ __forceinline__ void rescale_rows(float (&o)[128], float (&l)[2], const float (&alpha)[2]) {
+  if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] *= alpha[h];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+}
+
+// P (in sc) as hi = bf16(p), lo = bf16(p - hi): the A fragments of the two PV k-steps
+// (registers (8 ks + 2 e, 8 ks + 2 e + 1) -> .b32 e, p_reg_of), also stored to the warpgroup's
+// P buffers (hi at p_hi, lo at p_hi + kPBytes) for the other warpgroup.
+__device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32_t (&a_hi)[2][4], uint32_t (&a_lo)[2][4],
+                                                   uint8_t* p_hi, int t) {
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = p_reg_of(ks, 2 * e);
+      const float p0 = sc[i], p1 = sc[i + 1];
+      const uint32_t hi = pack_bf16(p0, p1);
+      a_hi[ks][e] = hi;
+      a_lo[ks][e] = pack_bf16(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
+      const uint32_t off = p_offset(frag_d_row(t, i), frag_d_col(t, i));
+      *reinterpret_cast<uint32_t*>(p_hi + off) = a_hi[ks][e];
+      *reinterpret_cast<uint32_t*>(p_hi + kPBytes + off) = a_lo[ks][e];
+    }
+}
+
 template <bool kQFp8>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t) {
   const int lane = t % 32, tq = t % 4;
   const int row0 = frag_d_row(t, 0);  // this thread's rows: row0 and row0 + 8
-  float4* xs_mine = reinterpret_cast<float4*>(base_ptr + kOffXs) + c * (4 * 128);
-  const float4* xs_other = reinterpret_cast<const float4*>(base_ptr + kOffXs) + (c ^ 1) * (4 * 128);
+  float* m_pub = reinterpret_cast<float*>(base_ptr + kOffRows);  // [2][64]: m after warpgroup c's tile
+  float* sc_pub = m_pub + 2 * kRows;                              // [2][64]: its alpha
+  float* l_pub = sc_pub + 2 * kRows;                              // [2][64]: row sums at the end
+  uint8_t* p_mine = base_ptr + kOffP + c * 2 * kPBytes;
+  const uint32_t p_other = base + kOffP + (c ^ 1) * 2 * kPBytes;
   uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan(p, s, mt);
@@ -379,7 +469,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       const int r = tp.r0 + row0 + 8 * h;
       lim[h] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
     }
-    named_bar_sync(kBarQ, 256);  // both warpgroups retired every wgmma reading the previous Q
+    named_bar_sync(kBarQ, 256);  // both warpgroups retired every wgmma reading the previous Q / P
     if (tp.ntiles > 0) {
       const int ct = static_cast<int>(opaque(static_cast<uint32_t>(t + 128 * c)));  // no hoisted offsets
 #pragma unroll 6
@@ -400,126 +490,184 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     uint32_t a_hi[2][4], a_lo[2][4];
+    const uint32_t q_smem = opaque(base + kOffQ);
+    const int npairs = (tp.ntiles + 1) / 2;
 
-    for (int j = 0; j < tp.ntiles; ++j) {
-      const uint32_t ti = ti_run + j;
-      const int st = static_cast<int>(ti % kStages);
-      const uint32_t kv = opaque(base + kOffKv + st * kKvBytes), q_smem = opaque(base + kOffQ);
-      const int tile_begin = s.begin + j * kKeys;
-      mbar_wait(base + kBarFull + 8 * st, (ti / kStages) & 1);
-
-      float sc[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kQkStepsPerWg; ++kk) {
-        const int step = c * kQkStepsPerWg + kk;
-        wgmma_m64n32k16_ss(sc, q_desc(q_smem, step), k_desc(kv, step), kk > 0 ? 1 : 0);
-      }
-      wgmma_commit();
-      if (j > 0) {
-        wgmma_wait<1>();  // the PV of tile ti - 1 is retired: release its stage
-        fence_operands(o);
-        fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((ti - 1) % kStages));
-      }
+    for (int pr = 0; pr < npairs; ++pr) {
+      const bool has_b = 2 * pr + 1 < tp.ntiles;
+      const uint32_t tia = ti_run + 2 * pr, tib = tia + 1;
+      const int sta = static_cast<int>(tia % kStages), stb = static_cast<int>(tib % kStages);
+      const uint32_t kva = opaque(base + kOffKv + sta * kKvBytes), kvb = opaque(base + kOffKv + stb * kKvBytes);
+      // The previous pair's last wgmma (PV of its tile b) is retired (unconditionally: a wait
+      // under a condition makes ptxas serialise every wgmma, C7514 / C7515); then that tile is
+      // released, and warpgroup 0, done reading P_b, lets warpgroup 1 write the next one.
       wgmma_wait<0>();
-      fence_operands(sc);
       fence_operands(o);
-
-      // Exchange the partial scores: S = S_c + S_(c^1), the same bits in both warpgroups.
-      named_bar_sync(kBarXsFree, 256);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) xs_mine[k * 128 + t] = make_float4(sc[4 * k], sc[4 * k + 1], sc[4 * k + 2], sc[4 * k + 3]);
-      named_bar_sync(kBarXsFull, 256);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float4 v = xs_other[k * 128 + t];
-        sc[4 * k] += v.x;
-        sc[4 * k + 1] += v.y;
-        sc[4 * k + 2] += v.z;
-        sc[4 * k + 3] += v.w;
+      fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+      if (pr > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((tib - 2) % kStages));
+        if (c == 0 && has_b) named_bar_arrive(kBarP1Free, 256);
       }
-
-      // Online softmax in base 2 (as v1): masked keys -inf; m_use = 0 while nothing is attended.
-      float mx[2] = {-INFINITY, -INFINITY};
-      const int key0 = tile_begin + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
+      // QK of this warpgroup's own tile (a for 0, b for 1), all 36 k-steps.
+      float sc[16];
+      const bool own = c == 0 || has_b;
+      if (own) {
+        const uint32_t ti = c == 0 ? tia : tib, kv = c == 0 ? kva : kvb;
+        mbar_wait(base + kBarFull + 8 * (ti % kStages), (ti / kStages) & 1);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int h = (i >> 1) & 1;
-        const int key = key0 + frag_d_col(0, i);  // frag_d_col(t, i) = frag_d_col(t, 0) + frag_d_col(0, i)
-        const bool ok = key < tp.kv_end && key < lim[h];
-        sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
-        mx[h] = fmaxf(mx[h], sc[i]);
-      }
-      // Lazy rescaling: P is scaled by m, which follows the running maximum only when a row's
-      // new maximum exceeds it by more than kRescaleSlack (then o and l are rescaled, once for
-      // the warp); otherwise P = exp2(s - m) <= 2^kRescaleSlack. Exact either way (o, l and
-      // lse all use the same m), and after the first tiles most tiles skip the 128 multiplies.
-      bool grow = false;
+        for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
+        wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        grow |= mx[h] > m[h] + kRescaleSlack;  // (m = -inf: any attended key)
+        for (int kk = 0; kk < kQkSteps; ++kk) wgmma_m64n32k16_ss(sc, q_desc(q_smem, kk), k_desc(kv, kk), kk > 0 ? 1 : 0);
+        wgmma_commit();
       }
-      if (__any_sync(0xffffffffu, grow)) {
-        float alpha[2];
+      float alpha[2];
+      if (c == 0) {
+        // ---- warpgroup 0: softmax of a, publish, P_a V_a, then P_b V_b.
+        wgmma_wait<0>();
+        fence_operands(sc);
+        fence_operands(o);
+        if (softmax_tile(sc, m, l, alpha, tp, s.begin + 2 * pr * kKeys, lim, t, p.scale_log2)) {
+#pragma unroll
+          for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
+        }
+        if (pr > 0) named_bar_sync(kBarP0Free, 256);  // warpgroup 1 is done with the previous P_a
+        pack_and_publish_p(sc, a_hi, a_lo, p_mine, t);
+        if (tq == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            m_pub[row0 + 8 * h] = m[h];
+            sc_pub[row0 + 8 * h] = alpha[h];
+          }
+        }
+        fence_proxy_async();  // P_a (generic stores) -> the async proxy of warpgroup 1's wgmma
+        named_bar_arrive(kBarP0Full, 256);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kva, c, ks));
+        if constexpr (kSplitP) {
+#pragma unroll
+          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kva, c, ks));
+        }
+        wgmma_commit();
+        if (has_b) {
+          named_bar_sync(kBarP1Full, 256);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            alpha[h] = sc_pub[kRows + row0 + 8 * h];
+            m[h] = m_pub[kRows + row0 + 8 * h];
+          }
+          wgmma_wait<0>();  // P_a V_a retired: o may be rescaled, tile a released
+          fence_operands(o);
+          fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
+          rescale_rows(o, l, alpha);
+          mbar_wait(base + kBarFull + 8 * stb, (tib / kStages) & 1);
+          wgmma_fence();
+#pragma unroll
+          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other, ks), v_desc(kvb, c, ks));
+          if constexpr (kSplitP) {
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other + kPBytes, ks), v_desc(kvb, c, ks));
+          }
+          wgmma_commit();  // retired at the next pair or the row tile's end
+        } else {
+          wgmma_wait<0>();
+          fence_operands(o);
+          fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
+        }
+      } else {
+        // ---- warpgroup 1: take P_a (rescale to its m), P_a V_a, softmax of b, publish, P_b V_b.
+        named_bar_sync(kBarP0Full, 256);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const float m_new = fmaxf(m[h], mx[h]);
-          alpha[h] = exp2f(m[h] - (m_new == -INFINITY ? 0.0f : m_new));  // 0 while nothing was attended
-          m[h] = m_new;
-          l[h] *= alpha[h];
+          alpha[h] = sc_pub[row0 + 8 * h];
+          m[h] = m_pub[row0 + 8 * h];
         }
+        rescale_rows(o, l, alpha);  // (nothing writes o now: the pair began with wait_group 0)
+        mbar_wait(base + kBarFull + 8 * sta, (tia / kStages) & 1);
+        wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
-      }
-      const float m_use[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
+        for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other, ks), v_desc(kva, c, ks));
+        if constexpr (kSplitP) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int h = (i >> 1) & 1;
-        sc[i] = exp2f(sc[i] - m_use[h]);
-        l[h] += sc[i];
-      }
-      // P -> A fragments of the two PV k-steps: registers (8 ks + 2 e, 8 ks + 2 e + 1) -> .b32 e
-      // (p_reg_of), as hi = bf16(p) and lo = bf16(p - hi).
-#pragma unroll
-      for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p0 = sc[p_reg_of(ks, 2 * e)], p1 = sc[p_reg_of(ks, 2 * e + 1)];
-          const uint32_t hi = pack_bf16(p0, p1);
-          a_hi[ks][e] = hi;
-          a_lo[ks][e] = pack_bf16(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
+          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other + kPBytes, ks), v_desc(kva, c, ks));
         }
-      wgmma_fence();
+        wgmma_commit();
+        if (has_b) {
+          wgmma_wait<1>();  // QK of b (committed before P_a V_a) is retired
+          fence_operands(sc);
+          // The softmax works on a copy: the score accumulators are not redefined while P_a V_a
+          // is in flight (ptxas would serialise the wgmmas, C7515).
+          float sb[16];
 #pragma unroll
-      for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kv, c, ks));
-      if constexpr (kSplitP) {
+          for (int i = 0; i < 16; ++i) sb[i] = sc[i];
+          const bool rescaled = softmax_tile(sb, m, l, alpha, tp, s.begin + (2 * pr + 1) * kKeys, lim, t, p.scale_log2);
+          wgmma_wait<0>();  // P_a V_a retired: o may be rescaled, tile a and P_a released
+          fence_operands(o);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
+          if (pr + 1 < npairs) named_bar_arrive(kBarP0Free, 256);
+          if (rescaled) {
 #pragma unroll
-        for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kv, c, ks));
+            for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+          }
+          if (pr > 0) named_bar_sync(kBarP1Free, 256);  // warpgroup 0 is done with the previous P_b
+          pack_and_publish_p(sb, a_hi, a_lo, p_mine, t);
+          if (tq == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              m_pub[kRows + row0 + 8 * h] = m[h];
+              sc_pub[kRows + row0 + 8 * h] = alpha[h];
+            }
+          }
+          fence_proxy_async();
+          named_bar_arrive(kBarP1Full, 256);
+          wgmma_fence();
+#pragma unroll
+          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kvb, c, ks));
+          if constexpr (kSplitP) {
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kvb, c, ks));
+          }
+          wgmma_commit();  // retired at the next pair or the row tile's end
+        } else {
+          wgmma_wait<0>();
+          fence_operands(o);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
+        }
       }
-      wgmma_commit();
     }
     wgmma_wait<0>();  // (nothing pending when the row tile had no KV tile)
     fence_operands(o);
-    if (tp.ntiles > 0) {
+    if (tp.ntiles > 0 && tp.ntiles % 2 == 0) {  // the last pair's tile b, read by both
       fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
       __syncwarp();
       if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((ti_run + tp.ntiles - 1) % kStages));
     }
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
-    // Epilogue: row sums over the quad (both warpgroups hold the same l), normalise, write.
-    const int col0 = c * kVColsPerWg + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
+    // Row sums: this warpgroup's tiles over the quad, then both warpgroups' added (the same m).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
+    if (tq == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l_pub[c * kRows + row0 + 8 * h] = l[h];
+    }
+    named_bar_sync(kBarL, 256);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] += l_pub[(c ^ 1) * kRows + row0 + 8 * h];
+
+    // Epilogue: normalise, write.
+    const int col0 = c * kVColsPerWg + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int local = row0 + 8 * h;
