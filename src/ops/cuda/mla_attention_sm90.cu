@@ -23,17 +23,15 @@
 //     e4m3 -> bf16 dequantisation, exact), fill absent rows (zeros past the split / causal end,
 //     NaN for a page outside the cache), fence.proxy.async, barrier, and thread 0 arrives on
 //     the tile's `full` (one arrival in both modes).
-//   WG1, WG2, consumers c = 0, 1 (224 registers): both own all 64 rows. QK is split by
-//     features: consumer c computes the partial scores S_c[64 x 32] over features
-//     c*288 .. c*288+287 (18 wgmma m64n32k16, Q and K from shared memory). The two partials are
-//     exchanged through shared memory by thread index (the accumulator fragment of thread t
-//     holds the same (row, key) elements in both warpgroups) and each adds the other's:
-//     S_0 + S_1 == S_1 + S_0 exactly, so both warpgroups hold bit-identical scores and run the
-//     same online softmax (m, l, P) redundantly, with no further exchange. P goes straight from
-//     the score registers into the A fragment of the PV wgmma (the m64nNk16 D and A register
-//     layouts coincide after packing pairs to bf16x2), and consumer c accumulates
-//     O[64 x 256] for value columns c*256 .. (wgmma m64n256k16, V = the same KV tile read
-//     MN-major, 128 f32 registers).
+//   WG1, WG2, consumers c = 0, 1 (224 registers): both own all 64 rows; consumer c accumulates
+//     O[64 x 256] for value columns c*256 .. (wgmma m64n256k16, V = the KV tile read MN-major,
+//     128 f32 registers). The seesaw schedule (DRAFT on this branch, not yet run on a GPU; see
+//     consumer()): KV tiles go in pairs; consumer 0 computes the full QK (36 wgmma m64n32k16)
+//     and softmax of the pair's tile a, consumer 1 those of tile b, so one warpgroup's softmax
+//     overlaps the other's tensor work. P (hi, lo), the row maximum m and the rescale factor
+//     alpha are handed over through shared memory (P K-major without swizzle: p_offset /
+//     p_desc) with named-barrier pairs; each warpgroup multiplies both tiles' P into its
+//     columns, P of its own tile from registers, the other's from shared memory.
 //
 // Why 1-D bulk copies and not a TMA tensor map: the cache is paged with any page size and any
 // 16-byte page / row strides, and a row may come from a page outside the cache (NaN) or lie
@@ -52,11 +50,12 @@
 // averaging. So the split stays (same arithmetic as v1, same error); it costs PV tensor time
 // (3.28 M instead of 2.23 M MACs per tile) and the V reads twice.
 //
-// Shared memory (dynamic, from a 1024-byte-aligned base; 220,320 B with the alignment slack):
+// Shared memory (dynamic, from a 1024-byte-aligned base; 221,856 B with the alignment slack):
 //   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
 //   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle
 //   raw    3 slots x 18,432             55,296  staged rows: 16 bf16 rows or 32 fp8 rows
-//   xs     [2 WG][4][128 thr] float4    16,384  partial-score exchange
+//   P      [2 WG][hi, lo][64 x 32] bf16 16,384  the seesaw hand-over (K-major, no swizzle)
+//   rows   m, alpha, l [2 WG][64] f32     1,536
 //   status [3 slots][32] u8, mbarriers full[2], empty[2], raw_full[3], landing.
 // Every chunk starts on a 1024-byte boundary, so the descriptors use base offset 0. Layouts
 // (K-major SW128 for Q and K, MN-major SW128 for V, LBO 4096 / SBO 1024) and descriptor
@@ -83,9 +82,17 @@
 //                    first use of each stage: the barrier's phase -1 counts as complete).
 //   Each stage alternates full (producer -> consumers) and empty (consumers -> producer); a
 //   side can be at most one phase ahead, so the parity never aliases.
-//   xs exchange      bar.sync 1 (256 consumers) before writing S_c of tile ti: every consumer
-//                    has read the other's partial of tile ti - 1; bar.sync 2 (256) after
-//                    writing: both partials are there.
+//   empty (seesaw)   every consumer warp still arrives once per tile, after its last wgmma
+//                    reading the tile retired: tile a after P_a V_a, tile b at the next pair's
+//                    wait_group 0 (or the row tile's end).
+//   hand-over        named barriers of 256 (128 bar.arrive + 128 bar.sync): P0 full (1;
+//                    warpgroup 0 wrote P_a, m, alpha: fence.proxy.async, arrive) / P0 free (5;
+//                    warpgroup 1's P_a V_a retired, only when another pair follows); P1 full
+//                    (2) / P1 free (6) the same for P_b the other way (P1 free arrived at the
+//                    next pair's start, when it has a tile b); L (7, both sync) for the row
+//                    sums. Arrivals and syncs are matched one to one within a row tile, so no
+//                    phase can absorb an arrival meant for the next (the host model checks it,
+//                    with planted bugs).
 //   Q                bar.sync 3 (256) at a row tile's start: every QK of the previous row tile
 //                    is retired (wait_group 0 before the epilogue) in both warpgroups; Q is
 //                    written, fence.proxy.async, bar.sync 3 again.
@@ -490,7 +497,6 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     uint32_t a_hi[2][4], a_lo[2][4];
-    const uint32_t q_smem = opaque(base + kOffQ);
     const int npairs = (tp.ntiles + 1) / 2;
 
     for (int pr = 0; pr < npairs; ++pr) {
@@ -498,6 +504,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       const uint32_t tia = ti_run + 2 * pr, tib = tia + 1;
       const int sta = static_cast<int>(tia % kStages), stb = static_cast<int>(tib % kStages);
       const uint32_t kva = opaque(base + kOffKv + sta * kKvBytes), kvb = opaque(base + kOffKv + stb * kKvBytes);
+      const uint32_t q_smem = opaque(base + kOffQ);  // per pair: the 36 descriptors are not hoisted
       // The previous pair's last wgmma (PV of its tile b) is retired (unconditionally: a wait
       // under a condition makes ptxas serialise every wgmma, C7514 / C7515); then that tile is
       // released, and warpgroup 0, done reading P_b, lets warpgroup 1 write the next one.
