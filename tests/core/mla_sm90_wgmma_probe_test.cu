@@ -8,7 +8,10 @@
 //    V read MN-major through v_desc for both 256-column halves (wgmma m64n256k16, B
 //    transposed); the accumulators must equal P V exactly;
 //  - the score -> P register reuse of the kernel (p_reg_of): the QK accumulators, packed as the
-//    kernel packs them, as the A operand of PV, must give S V.
+//    kernel packs them, as the A operand of PV, must give S V;
+//  - the seesaw hand-over: P stored to shared memory from the score-register map (p_offset)
+//    and read by wgmma m64n256k16 with A from shared memory (p_desc, K-major, no swizzle) must
+//    give P V.
 // A failure names the first wrong element, so a layout error on the H200 shows here before it
 // shows as a wrong attention output. Needs an sm_90 GPU: skipped, with the reason, elsewhere.
 #include <cuda_bf16.h>
@@ -40,14 +43,14 @@ namespace sm = ops::cuda::sm90;
                                             __FILE__, ":", __LINE__));                                      \
   } while (0)
 
-constexpr int kSmem = sm::kQBytes + sm::kKvBytes + 1024;
+constexpr int kSmem = sm::kQBytes + sm::kKvBytes + sm::kPBytes + 1024;
 
 __device__ __forceinline__ uint32_t pack2(uint16_t lo, uint16_t hi) { return uint32_t{lo} | uint32_t{hi} << 16; }
 
 // q [64][576], kv [32][576], p [64][32] bf16 bits; s_out [64][32] f32 (QK), o_out [64][512]
 // f32 (P V), so_out [64][512] f32 (S V with S from the QK registers, as the kernel reuses them).
 __global__ void __launch_bounds__(128) wgmma_probe_kernel(const uint16_t* q, const uint16_t* kv, const uint16_t* p,
-                                                          float* s_out, float* o_out, float* so_out) {
+                                                          float* s_out, float* o_out, float* so_out, float* po_out) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = ops::cuda::sm90::opaque(static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)));
@@ -107,6 +110,27 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(const uint16_t* q, con
     pv(a, o_out, c);
     pv(as, so_out, c);
   }
+  // P handed over through shared memory: stored from the score-register map, read as A.
+  const uint32_t p_smem = base + sm::kQBytes + sm::kKvBytes;
+  for (int i = 0; i < 16; i += 2) {
+    const int row = sm::frag_d_row(t, i), key = sm::frag_d_col(t, i);
+    *reinterpret_cast<uint32_t*>(base_ptr + sm::kQBytes + sm::kKvBytes + sm::p_offset(row, key)) =
+        pack2(p[row * sm::kKeys + key], p[row * sm::kKeys + key + 1]);
+  }
+  sm::fence_proxy_async();
+  __syncthreads();
+#pragma unroll 1
+  for (int c = 0; c < 2; ++c) {
+    float o[128];
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    sm::wgmma_fence();
+    for (int ks = 0; ks < 2; ++ks) sm::wgmma_m64n256k16_ss(o, sm::p_desc(p_smem, ks), sm::v_desc(kv_smem, c, ks));
+    sm::wgmma_commit();
+    sm::wgmma_wait<0>();
+    sm::fence_operands(o);
+    for (int i = 0; i < 128; ++i)
+      po_out[sm::frag_d_row(t, i) * sm::kDv + c * sm::kVColsPerWg + sm::frag_d_col(t, i)] = o[i];
+  }
 #endif
 }
 
@@ -137,29 +161,32 @@ TEST(MlaSm90WgmmaProbeCuda, LayoutsOnHardware) {
   for (size_t i = 0; i < P.size(); ++i) p16[i] = bf16_of(P[i]);
 
   uint16_t *dq, *dkv, *dp;
-  float *ds, *dout, *dso;
+  float *ds, *dout, *dso, *dpo;
   PROBE_CUDA(cudaMalloc(&dq, q16.size() * 2));
   PROBE_CUDA(cudaMalloc(&dkv, kv16.size() * 2));
   PROBE_CUDA(cudaMalloc(&dp, p16.size() * 2));
   PROBE_CUDA(cudaMalloc(&ds, sm::kRows * sm::kKeys * 4));
   PROBE_CUDA(cudaMalloc(&dout, sm::kRows * sm::kDv * 4));
   PROBE_CUDA(cudaMalloc(&dso, sm::kRows * sm::kDv * 4));
+  PROBE_CUDA(cudaMalloc(&dpo, sm::kRows * sm::kDv * 4));
   PROBE_CUDA(cudaMemcpy(dq, q16.data(), q16.size() * 2, cudaMemcpyHostToDevice));
   PROBE_CUDA(cudaMemcpy(dkv, kv16.data(), kv16.size() * 2, cudaMemcpyHostToDevice));
   PROBE_CUDA(cudaMemcpy(dp, p16.data(), p16.size() * 2, cudaMemcpyHostToDevice));
   PROBE_CUDA(cudaMemset(ds, 0xFF, sm::kRows * sm::kKeys * 4));  // NaN: unwritten elements show
   PROBE_CUDA(cudaMemset(dout, 0xFF, sm::kRows * sm::kDv * 4));
   PROBE_CUDA(cudaMemset(dso, 0xFF, sm::kRows * sm::kDv * 4));
+  PROBE_CUDA(cudaMemset(dpo, 0xFF, sm::kRows * sm::kDv * 4));
   PROBE_CUDA(cudaFuncSetAttribute(wgmma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  wgmma_probe_kernel<<<1, 128, kSmem>>>(dq, dkv, dp, ds, dout, dso);
+  wgmma_probe_kernel<<<1, 128, kSmem>>>(dq, dkv, dp, ds, dout, dso, dpo);
   PROBE_CUDA(cudaGetLastError());
   PROBE_CUDA(cudaDeviceSynchronize());
-  std::vector<float> S(sm::kRows * sm::kKeys), O(sm::kRows * sm::kDv), SO(sm::kRows * sm::kDv);
+  std::vector<float> S(sm::kRows * sm::kKeys), O(sm::kRows * sm::kDv), SO(sm::kRows * sm::kDv), PO(sm::kRows * sm::kDv);
   PROBE_CUDA(cudaMemcpy(S.data(), ds, S.size() * 4, cudaMemcpyDeviceToHost));
   PROBE_CUDA(cudaMemcpy(O.data(), dout, O.size() * 4, cudaMemcpyDeviceToHost));
   PROBE_CUDA(cudaMemcpy(SO.data(), dso, SO.size() * 4, cudaMemcpyDeviceToHost));
+  PROBE_CUDA(cudaMemcpy(PO.data(), dpo, PO.size() * 4, cudaMemcpyDeviceToHost));
   for (void* ptr : {static_cast<void*>(dq), static_cast<void*>(dkv), static_cast<void*>(dp), static_cast<void*>(ds),
-                    static_cast<void*>(dout), static_cast<void*>(dso)})
+                    static_cast<void*>(dout), static_cast<void*>(dso), static_cast<void*>(dpo)})
     cudaFree(ptr);
 
   std::vector<double> Sref(S.size(), 0.0);
@@ -180,6 +207,7 @@ TEST(MlaSm90WgmmaProbeCuda, LayoutsOnHardware) {
       }
       ASSERT_EQ(O[r * sm::kDv + col], want) << "PV: O[" << r << "][" << col << "] (v_desc / A map / D map)";
       ASSERT_EQ(SO[r * sm::kDv + col], want_s) << "score registers as P: O[" << r << "][" << col << "] (p_reg_of)";
+      ASSERT_EQ(PO[r * sm::kDv + col], want) << "P through shared memory: O[" << r << "][" << col << "] (p_offset / p_desc)";
     }
 }
 
