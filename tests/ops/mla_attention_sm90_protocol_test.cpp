@@ -27,7 +27,7 @@
 
 namespace {
 
-constexpr int kStages = 2, kRawSlots = 3;
+constexpr int kStages = 2, kStagesTma = 3, kRawSlots = 3;  // relayout mode / TMA mode
 
 struct Model {
   std::mutex mu;
@@ -53,7 +53,7 @@ struct MBar {
 
 struct Sim {
   Model m;
-  MBar full[kStages], empty[kStages], raw[kRawSlots], landing;
+  MBar full[kStagesTma], empty[kStagesTma], raw[kRawSlots], landing;
   // Named barriers: id -> (arrived, generation).
   int nb_arrived[8] = {}, nb_gen[8] = {};
   // The seesaw hand-over (consumers): what each consumer warp's part of P_a / P_b (with m and
@@ -63,8 +63,8 @@ struct Sim {
   int p_readers[2] = {};
   uint64_t jitter_seed = 1;
   // Contents.
-  long stage_tile[kStages] = {-1, -1};
-  int stage_readers[kStages] = {};
+  long stage_tile[kStagesTma] = {-1, -1, -1};
+  int stage_readers[kStagesTma] = {};
   long raw_chunk[kRawSlots] = {-1, -1, -1};
   struct Copy {
     int slot;    // a staging slot, or -1 - st: a whole tile into stage st (TMA)
@@ -194,8 +194,8 @@ void producer_tma_warp(Sim& s, int w, const std::vector<int>& ntiles_of, const s
     if (ntiles <= 0) continue;
     for (int j = 0; j < ntiles; ++j) {
       const unsigned ti = ti_run + j;
-      const int st = static_cast<int>(ti % kStages);
-      const unsigned parity = ((ti / kStages) & 1) ^ (bug == 1 ? 0u : 1u);
+      const int st = static_cast<int>(ti % kStagesTma);
+      const unsigned parity = ((ti / kStagesTma) & 1) ^ (bug == 1 ? 0u : 1u);
       if (!(partial_of[k] && j == ntiles - 1)) {
         if (w != 0) continue;
         s.wait(s.empty[st], parity);
@@ -224,22 +224,19 @@ void producer_tma_warp(Sim& s, int w, const std::vector<int>& ntiles_of, const s
 
 // The seesaw consumer (mla_attention_sm90.cu, consumer()), per warp w: warpgroup c = w / 4,
 // its warp wi = w % 4. Named barriers as the kernel numbers them: 1 P0 full, 2 P1 full, 3 Q,
-// 5 P0 free, 6 P1 free, 7 L; 8 warps each (4 arrive or sync on each side). Planted bugs:
-// 2 = warpgroup 1 releases tile a right after its full wait, before reading it; 4 = warpgroup 0
-// writes P_a without waiting for P0 free; 5 = warpgroup 1 arrives on P0 free after the last
-// pair too (an unmatched arrival); 6 = warpgroup 0 reads P_b without waiting for P1 full.
-// (Bug 4 cannot show with 2 stages: warpgroup 0 writes the next P_a only after the next tile a
-// has landed in tile a's stage, i.e. after warpgroup 1 released tile a, which is when it stops
-// reading P_a; P0 free matters once the ring is deeper. It stays in the model for that.)
-constexpr int kNbP0Full = 1, kNbP1Full = 2, kNbQ = 3, kNbP0Free = 5, kNbP1Free = 6, kNbL = 7;
+// 5 L; 8 warps each (4 arrive or sync on each side). Planted bugs: 2 = warpgroup 1 releases
+// tile a right after its full wait, before reading it; 6 = warpgroup 0 reads P_b without
+// waiting for P1 full; 7 = warpgroup 1 reads P_a without waiting for P0 full; 8 = warpgroup 1
+// arrives on P1 full before its P_a V_a retired (then warpgroup 0 may rewrite P_a under it).
+constexpr int kNbP0Full = 1, kNbP1Full = 2, kNbQ = 3, kNbL = 5;
 
-void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug) {
+void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int nst, int bug) {
   const int c = w / 4, wi = w % 4;
   std::mt19937_64 rng(s.jitter_seed * 131 + static_cast<uint64_t>(w));
   auto jitter = [&] { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 40)); };
   auto begin_read = [&](unsigned ti) {
-    const int st = static_cast<int>(ti % kStages);
-    s.wait(s.full[st], (ti / kStages) & 1);
+    const int st = static_cast<int>(ti % nst);
+    s.wait(s.full[st], (ti / nst) & 1);
     std::lock_guard<std::mutex> g(s.m.mu);
     ++s.stage_readers[st];
     if (s.stage_tile[st] != static_cast<long>(ti))
@@ -247,7 +244,7 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug) {
                       " in stage " + std::to_string(st) + ", expected " + std::to_string(ti));
   };
   auto end_read = [&](unsigned ti) {
-    const int st = static_cast<int>(ti % kStages);
+    const int st = static_cast<int>(ti % nst);
     {
       std::lock_guard<std::mutex> g(s.m.mu);
       --s.stage_readers[st];
@@ -289,12 +286,10 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug) {
       if (pr > 0) {  // wait_group 0: the previous pair's tile b (and, for warpgroup 0, P_b) done
         end_read(tib - 2);
         if (c == 0) stop_reading_p(1);
-        if (c == 0 && has_b) s.named_arrive(kNbP1Free, 8);
       }
       if (c == 0) {
         begin_read(tia);  // QK of a
         jitter();         // softmax
-        if (pr > 0 && bug != 4) s.named_sync(kNbP0Free, 8);
         write_p(0, ver);
         s.named_arrive(kNbP0Full, 8);
         jitter();  // P_a V_a
@@ -313,31 +308,36 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug) {
             end_read(tia);
           } else {  // (arrived early above)
             std::lock_guard<std::mutex> g(s.m.mu);
-            --s.stage_readers[tia % kStages];
+            --s.stage_readers[tia % nst];
           }
         };
         if (has_b) begin_read(tib);  // QK of b
-        s.named_sync(kNbP0Full, 8);
+        if (bug != 7) s.named_sync(kNbP0Full, 8);
         start_reading_p(0, ver);
         begin_read(tia);
         if (bug == 2) {  // released, but still read below
-          s.arrive(s.empty[tia % kStages]);
+          s.arrive(s.empty[tia % nst]);
           std::this_thread::sleep_for(std::chrono::microseconds(300));
         }
         jitter();  // P_a V_a
         if (has_b) {
           jitter();  // softmax of b
-          release_a();  // wait_group 0: P_a V_a retired
-          stop_reading_p(0);
-          if (pr + 1 < npairs || bug == 5) s.named_arrive(kNbP0Free, 8);
-          if (pr > 0) s.named_sync(kNbP1Free, 8);
-          write_p(1, ver);
-          s.named_arrive(kNbP1Full, 8);
+          if (bug == 8) {  // publishes P_b before P_a V_a retired
+            write_p(1, ver);
+            s.named_arrive(kNbP1Full, 8);
+            jitter();
+            release_a();
+            stop_reading_p(0);
+          } else {
+            release_a();  // wait_group 0: P_a V_a retired
+            stop_reading_p(0);
+            write_p(1, ver);
+            s.named_arrive(kNbP1Full, 8);
+          }
           jitter();  // P_b V_b
         } else {
           release_a();
           stop_reading_p(0);
-          if (bug == 5) s.named_arrive(kNbP0Free, 8);
         }
       }
     }
@@ -364,7 +364,7 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug) {
 std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, uint64_t seed, int bug = 0) {
   Sim s;
   s.jitter_seed = seed;
-  for (int st = 0; st < kStages; ++st) {
+  for (int st = 0; st < kStagesTma; ++st) {
     s.init_bar(s.full[st], 1);   // one producer thread (after the producer barrier / with the TMA bytes)
     s.init_bar(s.empty[st], 8);  // 8 consumer warps
   }
@@ -408,7 +408,8 @@ std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, ui
         producer_warp(s, w, ntiles_of, chunks_per_tile, row_bytes, bug);
       }
     });
-  for (int w = 0; w < 8; ++w) warps.emplace_back([&, w] { consumer_warp(s, w, ntiles_of, bug); });
+  const int nst = chunks_per_tile == 0 ? kStagesTma : kStages;
+  for (int w = 0; w < 8; ++w) warps.emplace_back([&, w] { consumer_warp(s, w, ntiles_of, nst, bug); });
   std::atomic<bool> done{false};
   std::thread watchdog([&] {
     for (int k = 0; k < 400 && !done; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -457,8 +458,9 @@ TEST(MlaAttentionSm90Protocol, PlantedBugsAreCaught) {
   };
   EXPECT_TRUE(caught(2, 2)) << "stage released before it is read";
   EXPECT_TRUE(caught(2, 0)) << "TMA: stage released before it is read";
-  EXPECT_TRUE(caught(5, 0)) << "an unmatched arrival on P0 free after the last pair";
   EXPECT_TRUE(caught(6, 0)) << "P_b read without waiting for P1 full";
+  EXPECT_TRUE(caught(7, 0)) << "P_a read without waiting for P0 full";
+  EXPECT_TRUE(caught(8, 0)) << "P1 full arrived before P_a V_a retired";
 }
 
 }  // namespace

@@ -50,13 +50,14 @@
 // averaging. So the split stays (same arithmetic as v1, same error); it costs PV tensor time
 // (3.28 M instead of 2.23 M MACs per tile) and the V reads twice.
 //
-// Shared memory (dynamic, from a 1024-byte-aligned base; 221,856 B with the alignment slack):
+// Shared memory (dynamic, from a 1024-byte-aligned base; 221,872 B with the alignment slack):
 //   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
-//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle
+//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode: a third stage
+//                                                 at raw, whose slots that mode does not use)
 //   raw    3 slots x 18,432             55,296  staged rows: 16 bf16 rows or 32 fp8 rows
 //   P      [2 WG][hi, lo][64 x 32] bf16 16,384  the seesaw hand-over (K-major, no swizzle)
 //   rows   m, alpha, l [2 WG][64] f32     1,536
-//   status [3 slots][32] u8, mbarriers full[2], empty[2], raw_full[3], landing.
+//   status [3 slots][32] u8, mbarriers full[3], empty[3], raw_full[3], landing.
 // Every chunk starts on a 1024-byte boundary, so the descriptors use base offset 0. Layouts
 // (K-major SW128 for Q and K, MN-major SW128 for V, LBO 4096 / SBO 1024) and descriptor
 // arithmetic: mla_attention_sm90_layout.h.
@@ -86,13 +87,13 @@
 //                    reading the tile retired: tile a after P_a V_a, tile b at the next pair's
 //                    wait_group 0 (or the row tile's end).
 //   hand-over        named barriers of 256 (128 bar.arrive + 128 bar.sync): P0 full (1;
-//                    warpgroup 0 wrote P_a, m, alpha: fence.proxy.async, arrive) / P0 free (5;
-//                    warpgroup 1's P_a V_a retired, only when another pair follows); P1 full
-//                    (2) / P1 free (6) the same for P_b the other way (P1 free arrived at the
-//                    next pair's start, when it has a tile b); L (7, both sync) for the row
-//                    sums. Arrivals and syncs are matched one to one within a row tile, so no
-//                    phase can absorb an arrival meant for the next (the host model checks it,
-//                    with planted bugs).
+//                    warpgroup 0 wrote P_a, m, alpha: fence.proxy.async, arrive), P1 full (2;
+//                    the same for P_b the other way, only in pairs with a tile b), L (5, both
+//                    sync) for the row sums. A warpgroup rewrites its P only after syncing on
+//                    the other's full barrier of the same pair, which the other arrives on
+//                    only after its last read of that P: no separate "free" barrier. Arrivals
+//                    and syncs are matched one to one within a row tile (the host model checks
+//                    the whole protocol, with planted bugs).
 //   Q                bar.sync 3 (256) at a row tile's start: every QK of the previous row tile
 //                    is retired (wait_group 0 before the epilogue) in both warpgroups; Q is
 //                    written, fence.proxy.async, bar.sync 3 again.
@@ -135,7 +136,8 @@ namespace {
 using namespace sm90;
 
 constexpr int kThreads = 384;          // producer WG + 2 consumer WGs
-constexpr int kStages = 2;             // KV tiles in the ring
+constexpr int kStages = 2;             // KV tiles in the ring (relayout mode)
+constexpr int kStagesTma = 3;          // TMA mode: the third in the staging slots' room (unused there)
 constexpr int kRawSlots = 3;           // staging slots of 18,432 B
 constexpr int kRawSlotBytes = 18432;   // 16 bf16 rows or 32 fp8 rows
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
@@ -151,17 +153,21 @@ constexpr uint32_t kOffP = kOffRaw + kRawSlots * kRawSlotBytes;  // P of WG c: h
 constexpr uint32_t kOffRows = kOffP + 4 * kPBytes;  // per row: m_pub [2][64], sc_pub [2][64], l_pub [2][64] f32
 constexpr uint32_t kOffStatus = kOffRows + 6 * kRows * 4;
 constexpr uint32_t kOffBar = kOffStatus + kRawSlots * 32;
-constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages, kBarRaw = kOffBar + 16 * kStages;
+constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStagesTma, kBarRaw = kOffBar + 16 * kStagesTma;
 constexpr uint32_t kBarLanding = kBarRaw + 8 * kRawSlots;
 constexpr uint32_t kSmemUsed = kBarLanding + 8;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 static_assert(kOffKv % 1024 == 0 && kKvBytes % 1024 == 0 && kOffRaw % 16 == 0 && kOffP % 128 == 0 && kOffBar % 8 == 0);
-static_assert(kSmemBytes == 221856 && kSmemBytes <= 232448, "the design note states the shared-memory size");
+static_assert(kOffKv + kStagesTma * kKvBytes <= kOffP, "TMA mode's third stage lies in the staging slots");
+static_assert(kSmemBytes == 221872 && kSmemBytes <= 232448, "the design note states the shared-memory size");
 
-// Named barriers (0 is __syncthreads). The seesaw pairs (consumers only, 256 = 128 arriving +
-// 128 syncing): P0 full / free (warpgroup 0's P, m and rescale of tile a, read by warpgroup 1),
-// P1 full / free (warpgroup 1's, tile b), L (the row sums at the end of a row tile).
-constexpr int kBarP0Full = 1, kBarP1Full = 2, kBarQ = 3, kBarProducer = 4, kBarP0Free = 5, kBarP1Free = 6, kBarL = 7;
+// Named barriers (0 is __syncthreads). The seesaw hand-over (consumers only, 256 = 128 arriving
+// + 128 syncing): P0 full (warpgroup 0's P, m and rescale of tile a, for warpgroup 1), P1 full
+// (warpgroup 1's, tile b); L (both sync: the row sums at the end of a row tile). No "free"
+// barriers: each warpgroup arrives on its full barrier only after its last read of the other's
+// P (warpgroup 1 after P_a V_a retired; warpgroup 0 at the pair start, after P_b V_b retired),
+// so the other, which rewrites its P only after that arrival, never writes under a reader.
+constexpr int kBarP0Full = 1, kBarP1Full = 2, kBarQ = 3, kBarProducer = 4, kBarL = 5;
 
 // The KV range of one (sequence, split) and, per row tile, the keys its rows attend (as v1).
 struct SeqPlan {
@@ -283,13 +289,13 @@ __device__ __forceinline__ void producer_tma(const MlaAttentionParams& p, const 
     int page_next = wt == 0 ? page_at(p, b, s.begin / p.page_size) : 0;
     for (int j = 0; j < tp.ntiles; ++j) {
       const uint32_t ti = ti_run + j;
-      const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys, page = page_next;
+      const int st = static_cast<int>(ti % kStagesTma), pos = s.begin + j * kKeys, page = page_next;
       const int valid = tp.kv_end - pos;  // rows of the tile that hold data (> 0)
       const uint32_t full = base + kBarFull + 8 * st, landing = base + kBarLanding;
       if (valid >= kKeys) {  // the common case: thread 0 alone
         if (wt != 0) continue;
         if (j + 1 < tp.ntiles) page_next = page_at(p, b, (pos + kKeys) / p.page_size);  // in flight during the wait
-        mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+        mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStagesTma) & 1) ^ 1);
         mbar_arrive_expect_tx(full, kKvBytes);
 #pragma unroll
         for (int c = 0; c < kColChunks; ++c)
@@ -297,7 +303,7 @@ __device__ __forceinline__ void producer_tma(const MlaAttentionParams& p, const 
         continue;
       }
       if (wt == 0) {  // (the others wait on landing only: they may run ahead, and empty's parity would alias)
-        mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+        mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStagesTma) & 1) ^ 1);
         mbar_arrive_expect_tx(landing, kKvBytes);
 #pragma unroll
         for (int c = 0; c < kColChunks; ++c)
@@ -332,10 +338,10 @@ __device__ __forceinline__ bool pages_inside(const MlaAttentionParams& p, int b,
 }
 
 template <bool kFp8>
-__device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map, bool tma, int b,
+__device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map, bool tma_mode, int b,
                                          const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int wt) {
   using St = Staging<kFp8>;
-  if (!kFp8 && tma && pages_inside(p, b, s, wt % 32)) {
+  if (tma_mode) {
     producer_tma(p, map, b, s, base, base_ptr, wt);
     return;
   }
@@ -459,7 +465,7 @@ __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32
 
 template <bool kQFp8>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                         uint8_t* base_ptr, int c, int t) {
+                                         uint8_t* base_ptr, int c, int t, int nst) {
   const int lane = t % 32, tq = t % 4;
   const int row0 = frag_d_row(t, 0);  // this thread's rows: row0 and row0 + 8
   float* m_pub = reinterpret_cast<float*>(base_ptr + kOffRows);  // [2][64]: m after warpgroup c's tile
@@ -502,26 +508,25 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     for (int pr = 0; pr < npairs; ++pr) {
       const bool has_b = 2 * pr + 1 < tp.ntiles;
       const uint32_t tia = ti_run + 2 * pr, tib = tia + 1;
-      const int sta = static_cast<int>(tia % kStages), stb = static_cast<int>(tib % kStages);
+      const int sta = static_cast<int>(tia % nst), stb = static_cast<int>(tib % nst);
       const uint32_t kva = opaque(base + kOffKv + sta * kKvBytes), kvb = opaque(base + kOffKv + stb * kKvBytes);
       const uint32_t q_smem = opaque(base + kOffQ);  // per pair: the 36 descriptors are not hoisted
       // The previous pair's last wgmma (PV of its tile b) is retired (unconditionally: a wait
       // under a condition makes ptxas serialise every wgmma, C7514 / C7515); then that tile is
-      // released, and warpgroup 0, done reading P_b, lets warpgroup 1 write the next one.
+      // released.
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
       if (pr > 0) {
         __syncwarp();
-        if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((tib - 2) % kStages));
-        if (c == 0 && has_b) named_bar_arrive(kBarP1Free, 256);
+        if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((tib - 2) % nst));
       }
       // QK of this warpgroup's own tile (a for 0, b for 1), all 36 k-steps.
       float sc[16];
       const bool own = c == 0 || has_b;
       if (own) {
         const uint32_t ti = c == 0 ? tia : tib, kv = c == 0 ? kva : kvb;
-        mbar_wait(base + kBarFull + 8 * (ti % kStages), (ti / kStages) & 1);
+        mbar_wait(base + kBarFull + 8 * (ti % nst), (ti / nst) & 1);
 #pragma unroll
         for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
         wgmma_fence();
@@ -539,7 +544,6 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
           for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
         }
-        if (pr > 0) named_bar_sync(kBarP0Free, 256);  // warpgroup 1 is done with the previous P_a
         pack_and_publish_p(sc, a_hi, a_lo, p_mine, t);
         if (tq == 0) {
 #pragma unroll
@@ -571,7 +575,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           __syncwarp();
           if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
           rescale_rows(o, l, alpha);
-          mbar_wait(base + kBarFull + 8 * stb, (tib / kStages) & 1);
+          mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
           wgmma_fence();
 #pragma unroll
           for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other, ks), v_desc(kvb, c, ks));
@@ -596,7 +600,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           m[h] = m_pub[row0 + 8 * h];
         }
         rescale_rows(o, l, alpha);  // (nothing writes o now: the pair began with wait_group 0)
-        mbar_wait(base + kBarFull + 8 * sta, (tia / kStages) & 1);
+        mbar_wait(base + kBarFull + 8 * sta, (tia / nst) & 1);
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other, ks), v_desc(kva, c, ks));
@@ -618,12 +622,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           fence_operands(o);
           __syncwarp();
           if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
-          if (pr + 1 < npairs) named_bar_arrive(kBarP0Free, 256);
           if (rescaled) {
 #pragma unroll
             for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
           }
-          if (pr > 0) named_bar_sync(kBarP1Free, 256);  // warpgroup 0 is done with the previous P_b
           pack_and_publish_p(sb, a_hi, a_lo, p_mine, t);
           if (tq == 0) {
 #pragma unroll
@@ -655,7 +657,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     if (tp.ntiles > 0 && tp.ntiles % 2 == 0) {  // the last pair's tile b, read by both
       fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
       __syncwarp();
-      if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((ti_run + tp.ntiles - 1) % kStages));
+      if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((ti_run + tp.ntiles - 1) % nst));
     }
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
@@ -731,7 +733,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
 
   if (tid == 0) {
-    for (int st = 0; st < kStages; ++st) {
+    for (int st = 0; st < kStagesTma; ++st) {
       mbar_init(base + kBarFull + 8 * st, 1);    // one producer thread (+ transaction bytes in TMA mode)
       mbar_init(base + kBarEmpty + 8 * st, 8);   // every consumer warp
     }
@@ -756,12 +758,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.begin = split * chunk;
   s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
 
+  // TMA mode (and its 3 stages) for this CTA: every warp scans the same block-table entries
+  // and reaches the same answer, so producer and consumers agree on the ring.
+  const bool tma_mode = !kFp8 && tma != 0 && pages_inside(p, b, s, tid % 32);
+  const int nst = tma_mode ? kStagesTma : kStages;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    producer<kFp8>(p, map, tma != 0, b, s, base, base_ptr, wt);
+    producer<kFp8>(p, map, tma_mode, b, s, base, base_ptr, wt);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consumer<kQFp8>(p, s, split, base, base_ptr, wg - 1, wt);
+    consumer<kQFp8>(p, s, split, base, base_ptr, wg - 1, wt, nst);
   }
 }
 
