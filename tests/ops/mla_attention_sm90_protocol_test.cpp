@@ -10,7 +10,8 @@
 // expects, the producer never rewrites a KV stage while a consumer warp may still read it
 // (from its full wait to its empty arrival), and every consumer warp reads exactly the tile it
 // expects, for random row-tile lists (tiles per row tile 0 .. 6) with bf16 (2 chunks per tile)
-// and fp8 (1 chunk per tile) staging, and in TMA mode (chunks per tile 0 here: thread 0 loads
+// relayout (2 KV stages, 3 staging slots) and fp8 relayout (3 stages, 2 slots; 16-row chunks,
+// 2 per tile, in both), and in TMA mode (mode 0 here: thread 0 loads
 // whole tiles; a row tile's last tile may be partial: it lands on `landing`, every producer
 // warp zeroes its tail, warp 0 arrives on full).
 #include <gtest/gtest.h>
@@ -27,7 +28,15 @@
 
 namespace {
 
-constexpr int kStages = 2, kStagesTma = 3, kRawSlots = 3;  // relayout mode / TMA mode
+constexpr int kStagesTma = 3, kRawSlots = 3;  // the most stages / staging slots of any mode
+
+// The relayout ring of a mode (the kernel's Staging<kFp8>): mode 2 = bf16 relayout, 1 = fp8
+// relayout; mode 0 is TMA (kStagesTma stages, no staging).
+struct Ring {
+  int stages, slots, row_bytes;
+};
+Ring ring_of(int mode) { return mode == 1 ? Ring{3, 2, 576} : Ring{2, 3, 1152}; }
+constexpr int kChunksPerTile = 2, kRowsPerChunk = 16;
 
 struct Model {
   std::mutex mu;
@@ -121,14 +130,16 @@ struct Sim {
   }
 };
 
-// The kernel's producer / consumer loops, per warp. chunks_per_tile: 2 (bf16) or 1 (fp8).
+// The kernel's producer / consumer loops, per warp. mode: 2 (bf16 relayout) or 1 (fp8).
 // bug: 0 = the kernel; planted: 1 = empty parity without ^ 1, 3 = slot refilled before the
 // producer barrier (other warps may still read it).
-void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int chunks_per_tile, int row_bytes, int bug) {
-  const int rows_per_chunk = 32 / chunks_per_tile;
+void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int mode, int bug) {
+  const Ring ring = ring_of(mode);
+  const int slots = ring.slots, stages = ring.stages, row_bytes = ring.row_bytes;
+  const int chunks_per_tile = kChunksPerTile, rows_per_chunk = kRowsPerChunk;
   unsigned q_run = 0, ti_run = 0;
   auto stage_chunk = [&](int i, unsigned q) {  // warp 0 only
-    const int slot = static_cast<int>(q % kRawSlots);
+    const int slot = static_cast<int>(q % slots);
     {
       std::lock_guard<std::mutex> g(s.m.mu);
       s.raw_chunk[slot] = -1;  // the slot's old content is dead from here on
@@ -143,12 +154,12 @@ void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int chunks_
     if (ntiles <= 0) continue;
     const int nchunks = ntiles * chunks_per_tile;
     if (w == 0)
-      for (int i = 0; i < std::min(kRawSlots, nchunks); ++i) stage_chunk(i, q_run + i);
+      for (int i = 0; i < std::min(slots, nchunks); ++i) stage_chunk(i, q_run + i);
     for (int i = 0; i < nchunks; ++i) {
       const unsigned q = q_run + i, ti = ti_run + i / chunks_per_tile;
-      const int slot = static_cast<int>(q % kRawSlots), st = static_cast<int>(ti % kStages);
-      if (i % chunks_per_tile == 0) s.wait(s.empty[st], ((ti / kStages) & 1) ^ (bug == 1 ? 0u : 1u));
-      s.wait(s.raw[slot], (q / kRawSlots) & 1);
+      const int slot = static_cast<int>(q % slots), st = static_cast<int>(ti % stages);
+      if (i % chunks_per_tile == 0) s.wait(s.empty[st], ((ti / stages) & 1) ^ (bug == 1 ? 0u : 1u));
+      s.wait(s.raw[slot], (q / slots) & 1);
       {  // relayout: read the slot, write the stage
         std::unique_lock<std::mutex> g(s.m.mu);
         if (bug == 3) {  // give warp 0 time to refill the slot under the others' reads
@@ -164,9 +175,9 @@ void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int chunks_
                    std::to_string(s.stage_readers[st]) + " consumer warps read it");
         s.stage_tile[st] = ti;
       }
-      if (bug == 3 && w == 0 && i + kRawSlots < nchunks) stage_chunk(i + kRawSlots, q + kRawSlots);
+      if (bug == 3 && w == 0 && i + slots < nchunks) stage_chunk(i + slots, q + slots);
       s.named_sync(4, 4);
-      if (bug != 3 && w == 0 && i + kRawSlots < nchunks) stage_chunk(i + kRawSlots, q + kRawSlots);
+      if (bug != 3 && w == 0 && i + slots < nchunks) stage_chunk(i + slots, q + slots);
       if (w == 0 && i % chunks_per_tile == chunks_per_tile - 1) s.arrive(s.full[st]);  // after the barrier, for all
     }
     q_run += nchunks;
@@ -361,7 +372,7 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int nst, in
   }
 }
 
-std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, uint64_t seed, int bug = 0) {
+std::string run_model(const std::vector<int>& ntiles_of, int mode, uint64_t seed, int bug = 0) {
   Sim s;
   s.jitter_seed = seed;
   for (int st = 0; st < kStagesTma; ++st) {
@@ -375,7 +386,6 @@ std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, ui
     std::mt19937_64 rng(seed ^ 0x5eed);
     for (size_t k = 0; k < partial_of.size(); ++k) partial_of[k] = rng() % 2 == 0;
   }
-  const int row_bytes = chunks_per_tile == 1 ? 576 : 1152;
   std::thread dma([&] {  // the copy engine: completes queued copies in random order, late
     std::mt19937_64 rng(seed);
     std::unique_lock<std::mutex> g(s.m.mu);
@@ -402,13 +412,13 @@ std::string run_model(const std::vector<int>& ntiles_of, int chunks_per_tile, ui
   std::vector<std::thread> warps;
   for (int w = 0; w < 4; ++w)
     warps.emplace_back([&, w] {
-      if (chunks_per_tile == 0) {
+      if (mode == 0) {
         producer_tma_warp(s, w, ntiles_of, partial_of, bug);
       } else {
-        producer_warp(s, w, ntiles_of, chunks_per_tile, row_bytes, bug);
+        producer_warp(s, w, ntiles_of, mode, bug);
       }
     });
-  const int nst = chunks_per_tile == 0 ? kStagesTma : kStages;
+  const int nst = mode == 0 ? kStagesTma : ring_of(mode).stages;
   for (int w = 0; w < 8; ++w) warps.emplace_back([&, w] { consumer_warp(s, w, ntiles_of, nst, bug); });
   std::atomic<bool> done{false};
   std::thread watchdog([&] {
@@ -432,11 +442,11 @@ TEST(MlaAttentionSm90Protocol, RandomRowTilesBothStagings) {
   for (int iter = 0; iter < 40; ++iter) {
     std::vector<int> ntiles(1 + rng() % 5);
     for (int& n : ntiles) n = static_cast<int>(rng() % 7);
-    for (int chunks : {2, 1, 0}) {
-      const std::string err = run_model(ntiles, chunks, rng());
+    for (int mode : {2, 1, 0}) {
+      const std::string err = run_model(ntiles, mode, rng());
       std::string list;
       for (int n : ntiles) list += std::to_string(n) + " ";
-      ASSERT_EQ(err, "") << "row tiles [" << list << "], chunks per tile " << chunks;
+      ASSERT_EQ(err, "") << "row tiles [" << list << "], mode " << mode;
     }
   }
 }
@@ -447,6 +457,8 @@ TEST(MlaAttentionSm90Protocol, PlantedBugsAreCaught) {
   const std::vector<int> tiles = {5, 0, 6, 3};
   EXPECT_NE(run_model(tiles, 2, 1, 1), "") << "empty parity without ^ 1";
   EXPECT_NE(run_model(tiles, 2, 3, 3), "") << "slot refilled before the producer barrier";
+  EXPECT_NE(run_model(tiles, 1, 1, 1), "") << "fp8: empty parity without ^ 1";
+  EXPECT_NE(run_model(tiles, 1, 3, 3), "") << "fp8: slot refilled before the producer barrier";
   EXPECT_NE(run_model(tiles, 0, 4, 1), "") << "TMA: empty parity without ^ 1";
   // Races: each tried on a few seeds until one shows. (A tile released early by warpgroup 1
   // is refilled under it only where warpgroup 0 does not hold it: a row tile's odd last tile.)
@@ -457,6 +469,7 @@ TEST(MlaAttentionSm90Protocol, PlantedBugsAreCaught) {
     return false;
   };
   EXPECT_TRUE(caught(2, 2)) << "stage released before it is read";
+  EXPECT_TRUE(caught(2, 1)) << "fp8: stage released before it is read";
   EXPECT_TRUE(caught(2, 0)) << "TMA: stage released before it is read";
   EXPECT_TRUE(caught(6, 0)) << "P_b read without waiting for P1 full";
   EXPECT_TRUE(caught(7, 0)) << "P_a read without waiting for P0 full";

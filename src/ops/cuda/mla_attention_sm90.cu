@@ -52,9 +52,10 @@
 //
 // Shared memory (dynamic, from a 1024-byte-aligned base; 221,872 B with the alignment slack):
 //   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
-//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode: a third stage
-//                                                 at raw, whose slots that mode does not use)
-//   raw    3 slots x 18,432             55,296  staged rows: 16 bf16 rows or 32 fp8 rows
+//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode and fp8: a third
+//                                                 stage at raw; Staging<kFp8>)
+//   raw    the staging room             55,296  bf16 relayout: 3 slots of 16 rows (18,432 B);
+//                                                 fp8: stage 3, then 2 slots of 16 rows (9,216 B)
 //   P      [2 WG][hi, lo][64 x 32] bf16 16,384  the seesaw hand-over (K-major, no swizzle)
 //   rows   m, alpha, l [2 WG][64] f32     1,536
 //   status [3 slots][32] u8, mbarriers full[3], empty[3], raw_full[3], landing.
@@ -64,22 +65,23 @@
 //
 // Barrier protocol (tile counter `ti` runs over every tile the CTA processes, across row
 // tiles; staged-chunk counter `q` likewise; parity = the phase being waited for):
-//   raw_full[q % 3]  count 1 + tx: warp-0 lane 0 arrive.expect_tx(bytes of the rows copied),
-//                    then the bulk copies complete_tx. Producer threads wait parity (q / 3) & 1.
-//                    A slot is refilled (chunk q + 3) only after producer bar.sync 4 (128),
+//   (relayout mode: S = 3 slots and N = 2 stages for bf16, S = 2 and N = 3 for fp8; TMA: N = 3)
+//   raw_full[q % S]  count 1 + tx: warp-0 lane 0 arrive.expect_tx(bytes of the rows copied),
+//                    then the bulk copies complete_tx. Producer threads wait parity (q / S) & 1.
+//                    A slot is refilled (chunk q + S) only after producer bar.sync 4 (128),
 //                    i.e. after all 128 threads have read chunk q (and its status bytes).
-//   full[ti % 2]     count 1: relayout mode: every producer thread, after its stores of tile ti,
+//   full[ti % N]     count 1: relayout mode: every producer thread, after its stores of tile ti,
 //                    fence.proxy.async (generic writes -> async proxy of wgmma), bar.sync 4,
 //                    then thread 0 arrives; TMA mode: thread 0 arrive.expect_tx(36,864) and the
 //                    tensor copies complete_tx (a tail tile: landing, zeroing, bar.sync 4,
-//                    arrive). Consumers wait parity (ti / 2) & 1.
+//                    arrive). Consumers wait parity (ti / N) & 1.
 //   landing          count 1 + tx (TMA mode, tail tiles only, counted by `landed`): thread 0
 //                    alone waits on empty (the others, running ahead, would alias its parity).
-//   empty[ti % 2]    count 8: every consumer warp (lane 0 after __syncwarp) arrives once per
+//   empty[ti % N]    count 8: every consumer warp (lane 0 after __syncwarp) arrives once per
 //                    tile, after wgmma.wait_group shows the PV of that tile done (its last
 //                    reader: PV_ti is retired by wait_group 1 in tile ti + 1, after QK_ti+1 is
 //                    issued, or by wait_group 0 at the end of the row tile). The producer waits
-//                    parity ((ti / 2) & 1) ^ 1 before filling tile ti (passes at once for the
+//                    parity ((ti / N) & 1) ^ 1 before filling tile ti (passes at once for the
 //                    first use of each stage: the barrier's phase -1 counts as complete).
 //   Each stage alternates full (producer -> consumers) and empty (consumers -> producer); a
 //   side can be at most one phase ahead, so the parity never aliases.
@@ -136,10 +138,9 @@ namespace {
 using namespace sm90;
 
 constexpr int kThreads = 384;          // producer WG + 2 consumer WGs
-constexpr int kStages = 2;             // KV tiles in the ring (relayout mode)
-constexpr int kStagesTma = 3;          // TMA mode: the third in the staging slots' room (unused there)
-constexpr int kRawSlots = 3;           // staging slots of 18,432 B
-constexpr int kRawSlotBytes = 18432;   // 16 bf16 rows or 32 fp8 rows
+constexpr int kStagesTma = 3;          // TMA mode: the third in the staging room (unused there)
+constexpr int kRawSlots = 3;           // staging slots (most of any mode: bf16 relayout)
+constexpr int kRawBytes = 55296;       // the staging room: 3 x 16 bf16 rows, or stage 3 + 2 x 16 fp8 rows
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr bool kSplitP = true;         // P as hi + lo bf16 (see "P precision")
 constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (lazy rescaling)
@@ -148,8 +149,8 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg bu
 // Shared-memory map, offsets from the 1024-aligned base.
 constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffKv = kOffQ + kQBytes;
-constexpr uint32_t kOffRaw = kOffKv + kStages * kKvBytes;
-constexpr uint32_t kOffP = kOffRaw + kRawSlots * kRawSlotBytes;  // P of WG c: hi at c * 2 kPBytes, lo after it
+constexpr uint32_t kOffRaw = kOffKv + 2 * kKvBytes;
+constexpr uint32_t kOffP = kOffRaw + kRawBytes;  // P of WG c: hi at c * 2 kPBytes, lo after it
 constexpr uint32_t kOffRows = kOffP + 4 * kPBytes;  // per row: m_pub [2][64], sc_pub [2][64], l_pub [2][64] f32
 constexpr uint32_t kOffStatus = kOffRows + 6 * kRows * 4;
 constexpr uint32_t kOffBar = kOffStatus + kRawSlots * 32;
@@ -187,12 +188,25 @@ __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const
 }
 
 // ---- producer warpgroup ------------------------------------------------------------------------
+// The relayout ring of a cache dtype. The staging room holds either three 16-row bf16 slots
+// (bf16: 2 KV stages) or a third KV stage and two 16-row fp8 slots (fp8: 3 stages). The seesaw
+// consumes tiles in pairs, so with 2 stages the producer refills a stage only when the pair is
+// nearly done; fp8 rows are half the bytes, so fp8 affords the third stage (bf16 relayout, the
+// rare fallback for page sizes below 32 or pages outside the cache, stays at 2).
 template <bool kFp8>
 struct Staging {
   static constexpr int kRowBytes = kFp8 ? kDqk : 2 * kDqk;  // 576 or 1,152 bytes per cache row
-  static constexpr int kRowsPerChunk = kRawSlotBytes / kRowBytes;  // 32 or 16
-  static constexpr int kChunksPerTile = kKeys / kRowsPerChunk;     // 1 or 2
-  static_assert(kRowsPerChunk * kRowBytes == kRawSlotBytes && kKeys % kRowsPerChunk == 0 && kRowsPerChunk <= 32);
+  static constexpr int kStages = kFp8 ? 3 : 2;              // KV tiles in the ring
+  static constexpr int kSlots = kFp8 ? 2 : 3;               // staging slots
+  static constexpr int kRowsPerChunk = 16;                  // cache rows per staging slot
+  static constexpr int kSlotBytes = kRowsPerChunk * kRowBytes;    // 9,216 or 18,432
+  static constexpr uint32_t kOffSlots = kOffRaw + (kStages - 2) * kKvBytes;
+  static constexpr int kChunksPerTile = kKeys / kRowsPerChunk;     // 2
+  // Chunks past the slots whose rows are prefetched into L2 when their slot's chunk is issued:
+  // the slots alone keep at most 18-55 KB in flight per SM, short of what HBM latency needs.
+  static constexpr int kPrefetch = kFp8 ? 4 : 2;
+  static_assert(kSlots <= kRawSlots && kStages <= kStagesTma && kKeys % kRowsPerChunk == 0);
+  static_assert(kOffSlots + kSlots * kSlotBytes <= kOffRaw + kRawBytes, "the staging room");
 };
 
 enum : uint8_t { kRowZero = 0, kRowCopy = 1, kRowNan = 2 };
@@ -224,7 +238,7 @@ __device__ __forceinline__ StagedRow lookup_row(const MlaAttentionParams& p, int
 template <bool kFp8>
 __device__ __forceinline__ void issue_chunk(uint32_t base, uint8_t* base_ptr, const StagedRow& r, uint32_t q, int lane) {
   using St = Staging<kFp8>;
-  const int slot = static_cast<int>(q % kRawSlots);
+  const int slot = static_cast<int>(q % St::kSlots);
   if (lane < St::kRowsPerChunk) base_ptr[kOffStatus + slot * 32 + lane] = r.status;
   const unsigned copies = __ballot_sync(0xffffffffu, r.status == kRowCopy);
   __syncwarp();  // status bytes before lane 0's arrive (release), which the readers acquire
@@ -232,7 +246,7 @@ __device__ __forceinline__ void issue_chunk(uint32_t base, uint8_t* base_ptr, co
   if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(copies)) * St::kRowBytes);
   __syncwarp();  // the expected bytes are announced before any copy can complete
   if (r.status == kRowCopy)
-    bulk_copy_g2s(base + kOffRaw + slot * kRawSlotBytes + lane * St::kRowBytes, r.row, St::kRowBytes, bar);
+    bulk_copy_g2s(base + St::kOffSlots + slot * St::kSlotBytes + lane * St::kRowBytes, r.row, St::kRowBytes, bar);
 }
 
 // All 128 producer threads: staged chunk in `slot` -> rows kr0 .. of the swizzled bf16 tile.
@@ -242,7 +256,7 @@ template <bool kFp8>
 __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint8_t* tile, int kr0, int wt) {
   using St = Staging<kFp8>;
   constexpr int kPieceBytes = kFp8 ? 8 : 16;  // 8 values of the staged row
-  const uint8_t* raw = base_ptr + kOffRaw + slot * kRawSlotBytes;
+  const uint8_t* raw = base_ptr + St::kOffSlots + slot * St::kSlotBytes;
   const uint8_t* status = base_ptr + kOffStatus + slot * 32;
   const int c = wt % 8;
 #pragma unroll
@@ -350,23 +364,32 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
     const TilePlan tp = tile_plan(p, s, mt);
     if (tp.ntiles <= 0) continue;
     const int nchunks = tp.ntiles * St::kChunksPerTile;
-    if (wt < 32)
-      for (int i = 0; i < min(kRawSlots, nchunks); ++i)
+    if (wt < 32) {
+      for (int i = 0; i < min(St::kSlots, nchunks); ++i)
         issue_chunk<kFp8>(base, base_ptr, lookup_row<kFp8>(p, b, s, tp, i, wt), q_run + i, wt);
+      for (int i = St::kSlots; i < min(St::kSlots + St::kPrefetch, nchunks); ++i) {
+        const StagedRow ahead = lookup_row<kFp8>(p, b, s, tp, i, wt);
+        if (ahead.status == kRowCopy) prefetch_l2(ahead.row, St::kRowBytes);
+      }
+    }
     for (int i = 0; i < nchunks; ++i) {
       const uint32_t q = q_run + i, ti = ti_run + i / St::kChunksPerTile;
-      const int slot = static_cast<int>(q % kRawSlots), st = static_cast<int>(ti % kStages);
-      const bool refill = wt < 32 && i + kRawSlots < nchunks;
+      const int slot = static_cast<int>(q % St::kSlots), st = static_cast<int>(ti % St::kStages);
+      const bool refill = wt < 32 && i + St::kSlots < nchunks;
       StagedRow next{nullptr, kRowZero};
-      if (refill) next = lookup_row<kFp8>(p, b, s, tp, i + kRawSlots, wt);  // in flight during the relayout
-      if (i % St::kChunksPerTile == 0) mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
-      mbar_wait(base + kBarRaw + 8 * slot, (q / kRawSlots) & 1);
+      if (refill) next = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots, wt);  // in flight during the relayout
+      if (wt < 32 && i + St::kSlots + St::kPrefetch < nchunks) {
+        const StagedRow ahead = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots + St::kPrefetch, wt);
+        if (ahead.status == kRowCopy) prefetch_l2(ahead.row, St::kRowBytes);
+      }
+      if (i % St::kChunksPerTile == 0) mbar_wait(base + kBarEmpty + 8 * st, ((ti / St::kStages) & 1) ^ 1);
+      mbar_wait(base + kBarRaw + 8 * slot, (q / St::kSlots) & 1);
       relayout_chunk<kFp8>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
                            wt);
       const bool tile_done = i % St::kChunksPerTile == St::kChunksPerTile - 1;
       if (tile_done) fence_proxy_async();  // this thread's tile stores -> the async proxy (wgmma)
       named_bar_sync(kBarProducer, 128);   // every thread is done with the slot (and the tile)
-      if (refill) issue_chunk<kFp8>(base, base_ptr, next, q + kRawSlots, wt);
+      if (refill) issue_chunk<kFp8>(base, base_ptr, next, q + St::kSlots, wt);
       if (tile_done && wt == 0) mbar_arrive(base + kBarFull + 8 * st);  // for all 128 (the barrier above)
     }
     q_run += nchunks;
@@ -761,7 +784,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // TMA mode (and its 3 stages) for this CTA: every warp scans the same block-table entries
   // and reaches the same answer, so producer and consumers agree on the ring.
   const bool tma_mode = !kFp8 && tma != 0 && pages_inside(p, b, s, tid % 32);
-  const int nst = tma_mode ? kStagesTma : kStages;
+  const int nst = tma_mode ? kStagesTma : Staging<kFp8>::kStages;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
     producer<kFp8>(p, map, tma_mode, b, s, base, base_ptr, wt);
