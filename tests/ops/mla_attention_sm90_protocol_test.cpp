@@ -10,8 +10,8 @@
 // expects, the producer never rewrites a KV stage while a consumer warp may still read it
 // (from its full wait to its empty arrival), and every consumer warp reads exactly the tile it
 // expects, for random row-tile lists (tiles per row tile 0 .. 6) with bf16 (2 chunks per tile)
-// relayout (2 KV stages, 3 staging slots) and fp8 relayout (3 stages, 2 slots; 16-row chunks,
-// 2 per tile, in both), and in TMA mode (mode 0 here: thread 0 loads
+// relayout (2 chunks of 16 rows per tile) and fp8 relayout (1 chunk of 32 rows; both with 2 KV
+// stages and 3 staging slots, the kernel's Staging<kFp8>), and in TMA mode (mode 0: thread 0 loads
 // whole tiles; a row tile's last tile may be partial: it lands on `landing`, every producer
 // warp zeroes its tail, warp 0 arrives on full).
 #include <gtest/gtest.h>
@@ -33,10 +33,9 @@ constexpr int kStagesTma = 3, kRawSlots = 3;  // the most stages / staging slots
 // The relayout ring of a mode (the kernel's Staging<kFp8>): mode 2 = bf16 relayout, 1 = fp8
 // relayout; mode 0 is TMA (kStagesTma stages, no staging).
 struct Ring {
-  int stages, slots, row_bytes;
+  int stages, slots, row_bytes, chunks_per_tile;
 };
-Ring ring_of(int mode) { return mode == 1 ? Ring{3, 2, 576} : Ring{2, 3, 1152}; }
-constexpr int kChunksPerTile = 2, kRowsPerChunk = 16;
+Ring ring_of(int mode) { return mode == 1 ? Ring{2, 3, 576, 1} : Ring{2, 3, 1152, 2}; }
 
 struct Model {
   std::mutex mu;
@@ -136,7 +135,7 @@ struct Sim {
 void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int mode, int bug) {
   const Ring ring = ring_of(mode);
   const int slots = ring.slots, stages = ring.stages, row_bytes = ring.row_bytes;
-  const int chunks_per_tile = kChunksPerTile, rows_per_chunk = kRowsPerChunk;
+  const int chunks_per_tile = ring.chunks_per_tile, rows_per_chunk = 32 / chunks_per_tile;
   unsigned q_run = 0, ti_run = 0;
   auto stage_chunk = [&](int i, unsigned q) {  // warp 0 only
     const int slot = static_cast<int>(q % slots);

@@ -52,10 +52,9 @@
 //
 // Shared memory (dynamic, from a 1024-byte-aligned base; 221,872 B with the alignment slack):
 //   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
-//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode and fp8: a third
-//                                                 stage at raw; Staging<kFp8>)
-//   raw    the staging room             55,296  bf16 relayout: 3 slots of 16 rows (18,432 B);
-//                                                 fp8: stage 3, then 2 slots of 16 rows (9,216 B)
+//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode: a third stage
+//                                                 at raw, whose slots that mode does not use)
+//   raw    3 slots x 18,432             55,296  staged rows: 16 bf16 rows or 32 fp8 rows
 //   P      [2 WG][hi, lo][64 x 32] bf16 16,384  the seesaw hand-over (K-major, no swizzle)
 //   rows   m, alpha, l [2 WG][64] f32     1,536
 //   status [3 slots][32] u8, mbarriers full[3], empty[3], raw_full[3], landing.
@@ -65,7 +64,7 @@
 //
 // Barrier protocol (tile counter `ti` runs over every tile the CTA processes, across row
 // tiles; staged-chunk counter `q` likewise; parity = the phase being waited for):
-//   (relayout mode: S = 3 slots and N = 2 stages for bf16, S = 2 and N = 3 for fp8; TMA: N = 3)
+//   (relayout mode: S = 3 slots and N = 2 stages (Staging<kFp8>); TMA mode: N = 3)
 //   raw_full[q % S]  count 1 + tx: warp-0 lane 0 arrive.expect_tx(bytes of the rows copied),
 //                    then the bulk copies complete_tx. Producer threads wait parity (q / S) & 1.
 //                    A slot is refilled (chunk q + S) only after producer bar.sync 4 (128),
@@ -188,24 +187,22 @@ __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const
 }
 
 // ---- producer warpgroup ------------------------------------------------------------------------
-// The relayout ring of a cache dtype. The staging room holds either three 16-row bf16 slots
-// (bf16: 2 KV stages) or a third KV stage and two 16-row fp8 slots (fp8: 3 stages). The seesaw
-// consumes tiles in pairs, so with 2 stages the producer refills a stage only when the pair is
-// nearly done; fp8 rows are half the bytes, so fp8 affords the third stage (bf16 relayout, the
-// rare fallback for page sizes below 32 or pages outside the cache, stays at 2).
+// The relayout ring of a cache dtype: KV stages, then staging slots in the staging room (after
+// the third stage when there is one). Both dtypes: 2 stages and 3 slots of 18,432 B (16 bf16 or
+// 32 fp8 rows), no L2 prefetch. Measured on the H200 for fp8 (docs/perf.md): 3 stages with 2
+// slots of 16 rows and L2 prefetch of 4 chunks ahead ran 1.43x slower than this (less in
+// flight per SM); the seesaw, which consumes tiles in pairs, still waits for the relayout here.
 template <bool kFp8>
 struct Staging {
   static constexpr int kRowBytes = kFp8 ? kDqk : 2 * kDqk;  // 576 or 1,152 bytes per cache row
-  static constexpr int kStages = kFp8 ? 3 : 2;              // KV tiles in the ring
-  static constexpr int kSlots = kFp8 ? 2 : 3;               // staging slots
-  static constexpr int kRowsPerChunk = 16;                  // cache rows per staging slot
-  static constexpr int kSlotBytes = kRowsPerChunk * kRowBytes;    // 9,216 or 18,432
+  static constexpr int kStages = 2;                         // KV tiles in the ring
+  static constexpr int kSlots = 3;                          // staging slots
+  static constexpr int kRowsPerChunk = kFp8 ? 32 : 16;      // cache rows per staging slot
+  static constexpr int kSlotBytes = kRowsPerChunk * kRowBytes;  // 18,432
   static constexpr uint32_t kOffSlots = kOffRaw + (kStages - 2) * kKvBytes;
-  static constexpr int kChunksPerTile = kKeys / kRowsPerChunk;     // 2
-  // Chunks past the slots whose rows are prefetched into L2 when their slot's chunk is issued:
-  // the slots alone keep at most 18-55 KB in flight per SM, short of what HBM latency needs.
-  static constexpr int kPrefetch = kFp8 ? 4 : 2;
-  static_assert(kSlots <= kRawSlots && kStages <= kStagesTma && kKeys % kRowsPerChunk == 0);
+  static constexpr int kChunksPerTile = kKeys / kRowsPerChunk;  // 1 or 2
+  static constexpr int kPrefetch = 0;  // chunks past the slots whose rows go to L2 ahead of their copy
+  static_assert(kSlots <= kRawSlots && kStages <= kStagesTma && kKeys % kRowsPerChunk == 0 && kRowsPerChunk <= 32);
   static_assert(kOffSlots + kSlots * kSlotBytes <= kOffRaw + kRawBytes, "the staging room");
 };
 
@@ -378,7 +375,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       const bool refill = wt < 32 && i + St::kSlots < nchunks;
       StagedRow next{nullptr, kRowZero};
       if (refill) next = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots, wt);  // in flight during the relayout
-      if (wt < 32 && i + St::kSlots + St::kPrefetch < nchunks) {
+      if (St::kPrefetch > 0 && wt < 32 && i + St::kSlots + St::kPrefetch < nchunks) {
         const StagedRow ahead = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots + St::kPrefetch, wt);
         if (ahead.status == kRowCopy) prefetch_l2(ahead.row, St::kRowBytes);
       }
