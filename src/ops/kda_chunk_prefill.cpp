@@ -14,6 +14,8 @@ void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a) {
   if (a.checkpoints.defined()) check_rank(op, "cu_checkpoints", a.cu_checkpoints, 1, "[N + 1] (with checkpoints)");
   if (!a.checkpoints.defined() && a.cu_checkpoints.defined())
     fail_arg(op, "cu_checkpoints", "none without checkpoints", "a tensor");
+  if (a.max_workspace_bytes < 0)
+    fail_arg(op, "max_workspace_bytes", ">= 0 (0: the default bound)", std::to_string(a.max_workspace_bytes));
   const int64_t N = a.state_indices.size(0);
   const KdaDims d = kda_detail::check_token_inputs(op, a.out, a.mixed_qkv, a.raw_g, a.raw_beta, a.A_log, a.dt_bias,
                                                    a.lower_bound, a.mixed_qkv.size(0), "T (mixed_qkv.size(0))");

@@ -186,51 +186,75 @@ TEST_P(Kda, Bf16PoolDecodeIsF32DecodeRounded) {
   }
 }
 
-TEST_P(Kda, ChunkPrefillRunTwiceIsBitIdentical) {
-  // Deterministic (no atomics, no order-dependent sums), so two runs give the same bits; on CUDA
-  // it is two launches (the intra-chunk kernel, then the state kernel). Varlen with an empty live
-  // sequence, a padding one (slot 0, 130 tokens) and partial chunks, checkpoints, both gates.
+// One chunk-prefill call on a fixed varlen batch (an empty live sequence, a padding one (slot 0,
+// 130 tokens), partial chunks, checkpoints): out, pool and checkpoints as bytes. max_ws: the
+// workspace bound (0: the default); windows: the chunk windows it makes on CUDA (9 chunk slots).
+struct ChunkPrefillBytes {
+  std::vector<uint8_t> buf[3];
+};
+ChunkPrefillBytes run_chunk_prefill(Backend b, std::optional<float> lb, int64_t max_ws, int64_t windows) {
   const int64_t H = 2, K = 128, V = 128, slots = 7, cols = 2 * H * K + H * V;
   const std::vector<int32_t> cu = {0, 1, 71, 71, 201, 265}, slot = {2, 5, 3, 0, 6}, init = {1, 0, 1, 1, 1};
   const std::vector<int64_t> cuk = {0, 0, 1, 1, 3, 4};  // floor(len / 64) rows per live sequence
   const int64_t T = cu.back(), N = 5, P = 4;
+  const Device dv = ops::backend_device(b);
   const auto qkv = random_f32(T * cols, 30, -1, 1), g = random_f32(T * H * K, 31, -4, 2),
              beta = random_f32(T * H, 32, -3, 3), alog = random_f32(H, 33, -1, 1), dt = random_f32(H * K, 34, -1, 1),
              pool = random_f32(slots * H * V * K, 35, -0.5f, 0.5f);
-  Tensor q = upload(qkv, {T, cols}, DType::f32, dev()), gt = upload(g, {T, H, K}, DType::f32, dev()),
-         bt = upload(beta, {T, H}, DType::f32, dev()), at = upload(alog, {H}, DType::f32, dev()),
-         dtt = upload(dt, {H * K}, DType::f32, dev()), cut = upload(cu, {N + 1}, DType::i32, dev()),
-         sl = upload(slot, {N}, DType::i32, dev()), in = upload(init, {N}, DType::i32, dev()),
-         ckt = upload(cuk, {N + 1}, DType::i64, dev());
+  Tensor q = upload(qkv, {T, cols}, DType::f32, dv), gt = upload(g, {T, H, K}, DType::f32, dv),
+         bt = upload(beta, {T, H}, DType::f32, dv), at = upload(alog, {H}, DType::f32, dv),
+         dtt = upload(dt, {H * K}, DType::f32, dv), cut = upload(cu, {N + 1}, DType::i32, dv),
+         sl = upload(slot, {N}, DType::i32, dv), in = upload(init, {N}, DType::i32, dv),
+         ckt = upload(cuk, {N + 1}, DType::i64, dv);
+  Tensor pt = upload(pool, {slots, H, V, K}, DType::f32, dv);
+  Tensor out = Tensor::empty({T, H, V}, DType::f32, dv), ck = Tensor::empty({P, H, V, K}, DType::f32, dv);
+  memcpy_bytes(ck.data(), dv, std::vector<uint8_t>(static_cast<size_t>(ck.bytes()), 0).data(), Device::cpu,
+               static_cast<size_t>(ck.bytes()));
+  ops::KdaChunkPrefillArgs a;
+  a.out = out;
+  a.state_pool = pt;
+  a.checkpoints = ck;
+  a.mixed_qkv = q;
+  a.raw_g = gt;
+  a.raw_beta = bt;
+  a.A_log = at;
+  a.dt_bias = dtt;
+  a.cu_seqlens = cut;
+  a.state_indices = sl;
+  a.has_initial_state = in;
+  a.cu_checkpoints = ckt;
+  a.lower_bound = lb;
+  a.max_workspace_bytes = max_ws;
+  // CUDA: two launches (the intra-chunk kernel, then the state kernel) per window.
+  const uint64_t expected = b == Backend::cuda ? static_cast<uint64_t>(2 * windows) : 0u;
+  EXPECT_EQ(launches(b, [&] { ops::kda_chunk_prefill(b, a); }), expected);
+  device_sync();
+  return {{download(out), download(pt), download(ck)}};
+}
+
+TEST_P(Kda, ChunkPrefillRunTwiceIsBitIdentical) {
+  // Deterministic (no atomics, no order-dependent sums), so two runs give the same bits.
   for (const std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
-    std::vector<uint8_t> first[3];
-    for (int run = 0; run < 2; ++run) {
-      Tensor pt = upload(pool, {slots, H, V, K}, DType::f32, dev());
-      Tensor out = Tensor::empty({T, H, V}, DType::f32, dev()), ck = Tensor::empty({P, H, V, K}, DType::f32, dev());
-      memcpy_bytes(ck.data(), dev(), std::vector<uint8_t>(static_cast<size_t>(ck.bytes()), 0).data(), Device::cpu,
-                   static_cast<size_t>(ck.bytes()));
-      ops::KdaChunkPrefillArgs a;
-      a.out = out;
-      a.state_pool = pt;
-      a.checkpoints = ck;
-      a.mixed_qkv = q;
-      a.raw_g = gt;
-      a.raw_beta = bt;
-      a.A_log = at;
-      a.dt_bias = dtt;
-      a.cu_seqlens = cut;
-      a.state_indices = sl;
-      a.has_initial_state = in;
-      a.cu_checkpoints = ckt;
-      a.lower_bound = lb;
-      EXPECT_EQ(launches(GetParam(), [&] { ops::kda_chunk_prefill(GetParam(), a); }), 2 * expected_launches());
-      device_sync();
-      const std::vector<uint8_t> got[3] = {download(out), download(pt), download(ck)};
-      for (int b = 0; b < 3; ++b) {
-        if (run == 0) first[b] = got[b];
-        else EXPECT_EQ(got[b], first[b]) << (lb ? "lb" : "softplus") << " buffer " << b;
-      }
+    const ChunkPrefillBytes first = run_chunk_prefill(GetParam(), lb, 0, 1), second = run_chunk_prefill(GetParam(), lb, 0, 1);
+    for (int b = 0; b < 3; ++b) EXPECT_EQ(second.buf[b], first.buf[b]) << (lb ? "lb" : "softplus") << " buffer " << b;
+  }
+}
+
+TEST_P(Kda, ChunkPrefillWindowsAreBitIdentical) {
+  // A workspace bound that forces windows of 1, 2 and 4 chunk slots (of 9) changes nothing: each
+  // chunk's work is the same and the state crosses a window boundary through the pool exactly.
+  // (The CPU reference ignores the bound: one launch count, the same bytes.)
+  const int64_t per_slot = 2 * 32896 * 4;  // H = 2 heads x 131,584 bytes
+  for (const std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+    const ChunkPrefillBytes whole = run_chunk_prefill(GetParam(), lb, 0, 1);
+    for (const int64_t w : {1, 2, 4}) {
+      const ChunkPrefillBytes win = run_chunk_prefill(GetParam(), lb, w * per_slot, (9 + w - 1) / w);
+      for (int b = 0; b < 3; ++b)
+        EXPECT_EQ(win.buf[b], whole.buf[b]) << (lb ? "lb" : "softplus") << ", windows of " << w << ", buffer " << b;
     }
+    // A bound under one slot still runs (one slot per window).
+    const ChunkPrefillBytes tiny = run_chunk_prefill(GetParam(), lb, 1, 9);
+    for (int b = 0; b < 3; ++b) EXPECT_EQ(tiny.buf[b], whole.buf[b]) << "1-byte bound, buffer " << b;
   }
 }
 

@@ -27,6 +27,10 @@ struct KdaChunkPrefillArgs {
   TensorView cu_checkpoints;     // [N + 1] i32 | i64 with checkpoints: sequence n owns
                                  //   floor(len_n / 64) rows starting at cu_checkpoints[n]
   std::optional<float> lower_bound;
+  // CUDA: the most scratch memory the call may take for its chunk workspace (bytes; 0: 1 GiB).
+  // The batch's chunks run in windows of as many chunks as fit (at least one), the states carried
+  // through the pool slots from window to window; results are bit-identical for any value.
+  int64_t max_workspace_bytes = 0;
 };
 
 void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a);

@@ -27,7 +27,12 @@
 // Workspace slots: chunk c of sequence n uses slot n + floor(cu_seqlens[n] / 64) + c (unique,
 // below N + floor(T / 64); see chunk_slot_base), so both grids are sized from T and N alone and
 // the call stays capturable; unused slots exit at once. The workspace is stream-ordered scratch
-// (scratch_alloc: the device's default pool, kept mapped between calls).
+// (scratch_alloc: the device's default pool, kept mapped between calls), bounded by
+// max_workspace_bytes (default 1 GiB; 131,584 bytes per chunk slot and head, so a whole 64k-token
+// batch would take 4.3 GB at H = 32, 12.9 GB at H = 96): the slots run in windows of as many as
+// fit, each window launching both kernels on its chunks only (Params::slot_lo .. slot_hi); the
+// state kernel starts a sequence's later windows from its slot, which holds the state after the
+// window before (stored exactly, as st + st_lo), so the results do not depend on the window.
 //
 // Precision (the emulation below used cvt.rna tf32 roundings; the kernels now split by integer
 // rounding and pass plain operands as truncated f32 bits, mma_tf32.cuh: ~2x the error on the
@@ -51,13 +56,14 @@
 #include "kda_chunk_prefill_state.cuh"
 #include "kestrel/ops/kda_chunk_prefill.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace kestrel::ops::cuda {
 namespace kda_chunk {
 
 template <typename T>
-void launch(Params p, cudaStream_t stream) {
+void launch(Params p, int64_t max_workspace_bytes, cudaStream_t stream) {
   static const char tag = 0;  // per instantiation: each T has its own two kernels to opt in
   once_per_device(&tag, [] {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(kda_chunk_prefill_intra_kernel<T>,
@@ -72,16 +78,25 @@ void launch(Params p, cudaStream_t stream) {
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(sizeof(StateSmem))));
   });
-  const size_t bytes = static_cast<size_t>(p.chunk_slots) * p.H * kWsFloats * sizeof(float);
-  p.ws = static_cast<float*>(scratch_alloc(bytes, stream));
-  if (p.chunk_slots > 0) {
-    const dim3 grid(static_cast<unsigned>(p.chunk_slots), static_cast<unsigned>(p.H));
-    kda_chunk_prefill_intra_kernel<T><<<grid, kThreads, sizeof(IntraSmem), stream>>>(p);
-    KESTREL_LAUNCHED("kda_chunk_prefill_intra_kernel");
-  }
+  // Windows of chunk slots whose workspace fits the bound: each runs both kernels on its chunks
+  // (the state kernel resumes every sequence from its slot), so the scratch stays bounded
+  // however long the batch. One window at least, so that empty sequences store their states.
+  const int64_t per_slot = static_cast<int64_t>(p.H) * kWsFloats * static_cast<int64_t>(sizeof(float));
+  const int64_t fit = max_workspace_bytes / per_slot;
+  const int64_t window = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(p.chunk_slots, 1), fit));
+  p.ws = static_cast<float*>(scratch_alloc(static_cast<size_t>(window * per_slot), stream));
   const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
-  kda_chunk_prefill_state_kernel<T><<<blocks, kThreads, sizeof(StateSmem), stream>>>(p);
-  KESTREL_LAUNCHED("kda_chunk_prefill_state_kernel");
+  for (int64_t lo = 0; lo == 0 || lo < p.chunk_slots; lo += window) {
+    p.slot_lo = lo;
+    p.slot_hi = std::min<int64_t>(p.chunk_slots, lo + window);
+    if (p.slot_hi > p.slot_lo) {
+      const dim3 grid(static_cast<unsigned>(p.slot_hi - p.slot_lo), static_cast<unsigned>(p.H));
+      kda_chunk_prefill_intra_kernel<T><<<grid, kThreads, sizeof(IntraSmem), stream>>>(p);
+      KESTREL_LAUNCHED("kda_chunk_prefill_intra_kernel");
+    }
+    kda_chunk_prefill_state_kernel<T><<<blocks, kThreads, sizeof(StateSmem), stream>>>(p);
+    KESTREL_LAUNCHED("kda_chunk_prefill_state_kernel");
+  }
   scratch_free(p.ws, stream);
 }
 
@@ -96,6 +111,12 @@ bool rows_vectorizable(const KdaChunkPrefillArgs& a) {
   const bool g = aligned4(a.raw_g) && a.raw_g.stride(2) == 1 && a.raw_g.stride(1) % 4 == 0 &&
                  a.raw_g.stride(0) % 4 == 0;
   return qkv && g;
+}
+
+// The workspace bound of a call (KdaChunkPrefillArgs::max_workspace_bytes; 0: the default).
+inline constexpr int64_t kDefaultWorkspaceBytes = int64_t{1} << 30;
+int64_t workspace_bound(const KdaChunkPrefillArgs& a) {
+  return a.max_workspace_bytes > 0 ? a.max_workspace_bytes : kDefaultWorkspaceBytes;
 }
 
 bool slots_aligned(const TensorView& pool) {
@@ -167,8 +188,8 @@ void kda_chunk_prefill(const KdaChunkPrefillArgs& a, Stream stream) {
   p.lb = a.lower_bound.value_or(0.0f);
   if (p.N == 0 || p.H == 0 || p.tiles == 0) return;
   switch (a.out.dtype) {
-    case DType::f32: launch<float>(p, as_cuda(stream)); break;
-    case DType::bf16: launch<__nv_bfloat16>(p, as_cuda(stream)); break;
+    case DType::f32: launch<float>(p, workspace_bound(a), as_cuda(stream)); break;
+    case DType::bf16: launch<__nv_bfloat16>(p, workspace_bound(a), as_cuda(stream)); break;
     default: throw Error(str("kda_chunk_prefill: no CUDA kernel for dtype ", dtype_name(a.out.dtype)));
   }
 }

@@ -56,6 +56,7 @@ struct Params {
   int64_t out_s0, out_s1, out_s2, qkv_s0, g_s0, g_s1, g_s2, beta_s0, beta_s1, alog_s0, dt_s0;
   int64_t pool_s0, ckpt_s0, cu_s0, slot_s0, init_s0, cuk_s0;
   int64_t chunk_slots;       // N + T / 64: every f(n) + c below is < this
+  int64_t slot_lo, slot_hi;  // this launch's window of chunk slots; ws holds slots slot_lo .. slot_hi - 1
   int N, H, V, tiles;
   bool g_bf16, beta_bf16, cu64, slot64, init64, cuk64, has_lb;
   bool vec_rows;             // q, k rows and raw_g rows: 4 elements per lane as one aligned vector load
@@ -71,8 +72,9 @@ __device__ __forceinline__ int64_t chunk_slot_base(const Params& p, int64_t n) {
   return n + load_index(p.cu_seqlens, p.cu64, n * p.cu_s0) / kC;
 }
 
+// The workspace of chunk slot `chunk_slot` (inside the launch's window) and head h.
 __device__ __forceinline__ float* ws_at(const Params& p, int64_t chunk_slot, int h) {
-  return p.ws + (chunk_slot * p.H + h) * static_cast<int64_t>(kWsFloats);
+  return p.ws + ((chunk_slot - p.slot_lo) * p.H + h) * static_cast<int64_t>(kWsFloats);
 }
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }

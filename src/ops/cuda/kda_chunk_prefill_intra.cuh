@@ -283,7 +283,8 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
   extern __shared__ __align__(16) unsigned char smem_raw[];
   IntraSmem& s = *reinterpret_cast<IntraSmem*>(smem_raw);
   const int h = static_cast<int>(blockIdx.y);
-  const int64_t slot = blockIdx.x;
+  const int64_t slot = p.slot_lo + blockIdx.x;  // the grid covers the window
+  if (slot >= p.slot_hi) return;
   int64_t n, row0;
   int C;
   if (!find_chunk(p, slot, n, row0, C)) return;  // uniform: before any barrier

@@ -167,16 +167,27 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
   const int64_t slot = load_index(p.slots, p.slot64, n * p.slot_s0);
   T* out = static_cast<T*>(p.out);
   const int64_t out_h = static_cast<int64_t>(h) * p.out_s1;
-  if (slot <= 0) {  // padding: zero output rows, no state read or written (uniform: no barrier yet)
-    for (int64_t x = tid; x < len * kTileV; x += kThreads)
-      out[(bos + x / kTileV) * p.out_s0 + out_h + (v0 + x % kTileV) * p.out_s2] = from_f32<T>(0.0f);
+  // This launch's window of chunk slots: chunks c_begin .. c_end - 1 of the sequence, rows
+  // beg .. end - 1. An empty sequence (no chunk) is handled by the first window.
+  const int64_t ws0 = chunk_slot_base(p, n);  // workspace slot of chunk 0
+  const int64_t nchunks = (len + kC - 1) / kC;
+  const int64_t c_begin = p.slot_lo > ws0 ? p.slot_lo - ws0 : 0;
+  const int64_t c_end = p.slot_hi - ws0 < nchunks ? p.slot_hi - ws0 : nchunks;
+  const int64_t beg = c_begin * kC, end = c_end * kC < len ? c_end * kC : len;
+  if (beg >= end && !(len == 0 && p.slot_lo == 0)) return;  // nothing here (uniform: no barrier yet)
+  if (slot <= 0) {  // padding: zero output rows, no state read or written
+    for (int64_t x = tid; x < (end - beg) * kTileV; x += kThreads)
+      out[(bos + beg + x / kTileV) * p.out_s0 + out_h + (v0 + x % kTileV) * p.out_s2] = from_f32<T>(0.0f);
     return;
   }
-  const bool read_state = p.has_init == nullptr || load_index(p.has_init, p.init64, n * p.init_s0) != 0;
+  // The first window of a sequence starts from its initial state (or zeros); a later one from
+  // the slot, where the window before left the state after chunk c_begin - 1 (exactly: S is
+  // stored as the f32 sum of its split parts and split again the same way when read back).
+  const bool read_state =
+      c_begin > 0 || p.has_init == nullptr || load_index(p.has_init, p.init64, n * p.init_s0) != 0;
   const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot
   float* slot_head = p.pool + slot * p.pool_s0 + head;
   const int64_t ck0 = p.ckpt != nullptr ? load_index(p.cu_ckpt, p.cuk64, n * p.cuk_s0) : 0;
-  const int64_t ws0 = chunk_slot_base(p, n);  // workspace slot of chunk 0
 
   // The state tile, S^T rows v = warp + 8b, key dims 4 lane .. 4 lane + 3 (the load / store map).
 #pragma unroll
@@ -188,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
 #pragma unroll
     for (int i = 0; i < 4; ++i) mma::split_tf32_store(&s.st[v][4 * lane + i], &s.st_lo[v][4 * lane + i], e[i]);
   }
-  if (len > 0) issue_qk(s, ws_at(p, ws0, h), tid);
+  if (beg < end) issue_qk(s, ws_at(p, ws0 + c_begin, h), tid);
 
   // Fragment coordinates (mma_tf32.cuh): g = lane / 4, t = lane % 4; C element c of tile (mt, nt)
   // is row 16 mt + g + 8 (c / 2), column 8 nt + 2 t + c % 2.
@@ -210,10 +221,10 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
       for (int c = 0; c < 4; ++c)
         vr[nt][c] = row_of(c) < C ? vsrc[(bos + c0 + row_of(c)) * p.qkv_s0 + col_of(nt, c)] : from_f32<T>(0.0f);
   };
-  if (len > 0) load_v(0);
+  if (beg < end) load_v(beg);
 
 #pragma unroll 1
-  for (int64_t c0 = 0; c0 < len; c0 += kC) {
+  for (int64_t c0 = beg; c0 < end; c0 += kC) {
     const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
     const int64_t row0 = bos + c0;
     const float* ws = ws_at(p, ws0 + c0 / kC, h);
@@ -229,11 +240,11 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c) s.yt[col_of(nt, c)][row_of(c)] = to_f32(vr[nt][c]) - y[0][nt][c];
-    if (c0 + kC < len) load_v(c0 + kC);
+    if (c0 + kC < end) load_v(c0 + kC);
     // ---- B2 (Tm landed; Kd, Aqk, dec may still be in flight)
     cp_async_wait_but_one();
     __syncthreads();
-    if (c0 + kC < len) issue_qk(s, ws + static_cast<int64_t>(p.H) * kWsFloats, tid);  // the next slot, same head
+    if (c0 + kC < end) issue_qk(s, ws + static_cast<int64_t>(p.H) * kWsFloats, tid);  // the next slot, same head
     // ---- P6: Vn = Tm Y -> vnt, the same 16 rows x 16 columns; Tm is lower triangular, so block
     // mb needs columns j < 16 (mb + 1) only.
     {
@@ -248,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
           mma::split_tf32_store(&s.vnt[col_of(nt, c)][row_of(c)], &s.vnt_lo[col_of(nt, c)][row_of(c)], vn[0][nt][c]);
     }
     // ---- B3 (Kd, Aqk, dec landed; the next Qg, Kg may still be in flight)
-    if (c0 + kC < len) cp_async_wait_but_one(); else cp_async_wait_all();
+    if (c0 + kC < end) cp_async_wait_but_one(); else cp_async_wait_all();
     __syncthreads();
     // ---- P7-out: O += Aqk Vn (block mb, j < 16 (mb + 1)), stored.
     by_row_block(mb, [&](auto steps) {

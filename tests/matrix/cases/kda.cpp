@@ -30,6 +30,7 @@ constexpr int64_t kSpare = 8;  // spare columns after q | k | v in every mixed_q
 constexpr double kDecodeOutAtol = 2e-6;    // per output element, token-step ops
 constexpr double kStateAtolPerToken = 4e-6;  // per state element and token step
 constexpr double kChunkAtol = 4e-3;        // kda_chunk_prefill outputs, states, checkpoints
+constexpr int64_t kChunkWorkspaceBytes = 131584;  // CUDA workspace per (chunk slot, head): kda_chunk_prefill.cu
 constexpr double kConvAtol = 2e-6;         // conv outputs (inputs in [-1, 1], 4 taps)
 
 std::string gate_name(std::optional<float> lb) { return lb ? "lb5" : "softplus"; }
@@ -282,7 +283,9 @@ void add_token_step_cases(Registry& r, Size size, bool recurrent) {
 
 void add_chunk_prefill_cases(Registry& r, Size size) {
   // grid: crossed with token dtype x gate x layout; else one case (bf16 tokens, lower bound,
-  // contiguous). pool: the state pool's (and checkpoints') dtype; pad: padding sequences present.
+  // contiguous). pool: the state pool's (and checkpoints') dtype; pad: padding sequences present;
+  // win: a workspace bound of this many chunk slots (CUDA runs the chunks in windows of that
+  // size, the states carried through the slots; 0: the default bound, one window here).
   struct Shape {
     std::vector<int64_t> lens;
     int64_t H;
@@ -290,6 +293,7 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
     bool grid = true;
     DType pool = DType::f32;
     bool pad = true;
+    int64_t win = 0;
   };
   const std::vector<Shape> shapes = {
       {{1, 70, 0, 130}, 2, Size::ci},
@@ -303,8 +307,11 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
       {{4096}, 2, Size::full},
       {{1000}, 2, Size::full, false, DType::bf16, false},
       {{65, 1, 300, 64, 0, 63, 128}, 2, Size::full, false, DType::bf16},
+      {{1, 70, 0, 130}, 2, Size::ci, false, DType::f32, true, 1},
+      {{1000, 63, 64, 65, 1, 200}, 4, Size::full, false, DType::bf16, true, 3},
+      {{4096}, 2, Size::full, false, DType::f32, false, 7},
   };
-  for (const auto& [lens, H, sz, grid, pool_dt, pad] : shapes) {
+  for (const auto& [lens, H, sz, grid, pool_dt, pad, win] : shapes) {
     if (sz == Size::full && size != Size::full) continue;
     const int64_t N = static_cast<int64_t>(lens.size());
     std::vector<int64_t> cu(N + 1, 0), cuk(N + 1, 0);
@@ -324,7 +331,8 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
           Case c;
           c.op = "kda_chunk_prefill";
           c.id = str("kda_chunk_prefill/L", lens_id, "-H", H, "-", dtype_name(dt), "-", gate_name(lb), "-",
-                     layout_name(lay), bf16_pool ? "-bf16pool" : "", pad ? "" : "-nopad");
+                     layout_name(lay), bf16_pool ? "-bf16pool" : "", pad ? "" : "-nopad",
+                     win > 0 ? str("-win", win) : std::string());
           c.size = sz;
           // Live sequences and their slots, from the slot table (column 0).
           auto live_of = [=](const HostBuffers& in, std::vector<bool>& live_rows, std::set<int64_t>& touched,
@@ -386,6 +394,7 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
             a.cu_seqlens = v[8];
             a.state_indices = v[9].select(1, 0);
             a.has_initial_state = v[10];
+            a.max_workspace_bytes = win * H * kChunkWorkspaceBytes;
             return a;
           };
           c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
