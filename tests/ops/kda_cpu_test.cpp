@@ -874,6 +874,8 @@ TEST(KdaCpu, BadInputNamesTheArgument) {
   kda_chunk_prefill(kCpu, c);
   expect_error([&] { auto a = c; a.cu_seqlens = cu_bad; kda_chunk_prefill(kCpu, a); },
                "kda_chunk_prefill: cu_seqlens: expected non-decreasing");
+  expect_error([&] { auto a = c; a.max_workspace_bytes = -1; kda_chunk_prefill(kCpu, a); },
+               "kda_chunk_prefill: max_workspace_bytes: expected >= 0 (0: the default bound)");
   Tensor cu_short = ints({0, 3});
   expect_error([&] { auto a = c; a.cu_seqlens = cu_short; kda_chunk_prefill(kCpu, a); },
                "cu_seqlens: expected size 4 in dim 0");
