@@ -25,7 +25,7 @@
 //     the tile's `full` (one arrival in both modes).
 //   WG1, WG2, consumers c = 0, 1 (224 registers): both own all 64 rows; consumer c accumulates
 //     O[64 x 256] for value columns c*256 .. (wgmma m64n256k16, V = the KV tile read MN-major,
-//     128 f32 registers). The seesaw schedule (DRAFT on this branch, not yet run on a GPU; see
+//     128 f32 registers). The seesaw schedule (verified on the H200, docs/verification.md; see
 //     consumer()): KV tiles go in pairs; consumer 0 computes the full QK (36 wgmma m64n32k16)
 //     and softmax of the pair's tile a, consumer 1 those of tile b, so one warpgroup's softmax
 //     overlaps the other's tensor work. P (hi, lo), the row maximum m and the rescale factor
@@ -105,6 +105,10 @@
 // ~1,700 bf16 MACs / clock / SM, shared memory 128 B / clock / SM). Per 32-key tile and CTA:
 // tensor 3.28 M MACs = ~1,930 clk; shared-memory traffic ~319 KB bf16 = ~2,500 clk; HBM share
 // per SM ~2,030 clk bf16. Predicted B128 8k H32 bf16 350-400 us; measured (docs/perf.md):
+//   seesaw (this consumer) -> 417 us bf16 (1.30x the schedule below; H128 839 us, 1.17x),
+//     fp8 823 us (1.06x: the relayout producer is the bound, consumers wait on `full` 32% of
+//     the samples, the producer on `empty` 10%; see Staging for a ring that measured slower).
+// The schedule before the seesaw (one warpgroup per half of O, scores exchanged per tile):
 //   first run 1,160 us (~7,900 clk / tile): Nsight showed the consumers waiting on `full` 62%
 //     of the time, the producer latency-bound (one warp per scheduler, ~60 instructions of
 //     index arithmetic per 16-byte piece): the closed-form relayout (producer_piece) -> 873 us;
