@@ -10,8 +10,9 @@
 // expects, the producer never rewrites a KV stage while a consumer warp may still read it
 // (from its full wait to its empty arrival), and every consumer warp reads exactly the tile it
 // expects, for random row-tile lists (tiles per row tile 0 .. 6) with bf16 (2 chunks per tile)
-// relayout (2 chunks of 16 rows per tile) and fp8 relayout (1 chunk of 32 rows; both with 2 KV
-// stages and 3 staging slots, the kernel's Staging<kFp8>), and in TMA mode (mode 0: thread 0 loads
+// relayout (2 chunks of 16 rows per tile, 2 KV stages, 3 staging slots) and fp8 relayout (1
+// chunk of 32 rows, 3 stages, 2 slots; the kernel's Staging<kFp8>), and in TMA mode (4 stages;
+// mode 0: thread 0 loads
 // whole tiles; a row tile's last tile may be partial: it lands on `landing`, every producer
 // warp zeroes its tail, warp 0 arrives on full).
 #include <gtest/gtest.h>
@@ -28,14 +29,14 @@
 
 namespace {
 
-constexpr int kStagesTma = 3, kRawSlots = 3;  // the most stages / staging slots of any mode
+constexpr int kStagesTma = 4, kRawSlots = 3;  // the most stages / staging slots of any mode
 
 // The relayout ring of a mode (the kernel's Staging<kFp8>): mode 2 = bf16 relayout, 1 = fp8
 // relayout; mode 0 is TMA (kStagesTma stages, no staging).
 struct Ring {
   int stages, slots, row_bytes, chunks_per_tile;
 };
-Ring ring_of(int mode) { return mode == 1 ? Ring{2, 3, 576, 1} : Ring{2, 3, 1152, 2}; }
+Ring ring_of(int mode) { return mode == 1 ? Ring{3, 2, 576, 1} : Ring{2, 3, 1152, 2}; }
 
 struct Model {
   std::mutex mu;
@@ -64,14 +65,15 @@ struct Sim {
   MBar full[kStagesTma], empty[kStagesTma], raw[kRawSlots], landing;
   // Named barriers: id -> (arrived, generation).
   int nb_arrived[8] = {}, nb_gen[8] = {};
-  // The seesaw hand-over (consumers): what each consumer warp's part of P_a / P_b (with m and
-  // alpha) and of the row sums holds, as (row tile, pair) / row tile; and how many warps of the
-  // reading warpgroup may still read P_a / P_b.
-  long p_ver[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}}, l_ver[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
-  int p_readers[2] = {};
+  // The seesaw hand-over (consumers): what each consumer warp's part of the one P buffer holds
+  // (P_a or P_b, as 2 (row tile, pair) + 0 / 1) and of m, alpha (per warpgroup) and the row sums
+  // (row tile); how many warps may still read the P buffer, and whose P they read.
+  long p_ver[4] = {-1, -1, -1, -1}, m_ver[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
+  long l_ver[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
+  int p_readers = 0;
   uint64_t jitter_seed = 1;
   // Contents.
-  long stage_tile[kStagesTma] = {-1, -1, -1};
+  long stage_tile[kStagesTma] = {-1, -1, -1, -1};
   int stage_readers[kStagesTma] = {};
   long raw_chunk[kRawSlots] = {-1, -1, -1};
   struct Copy {
@@ -237,8 +239,10 @@ void producer_tma_warp(Sim& s, int w, const std::vector<int>& ntiles_of, const s
 // 5 L; 8 warps each (4 arrive or sync on each side). Planted bugs: 2 = warpgroup 1 releases
 // tile a right after its full wait, before reading it; 6 = warpgroup 0 reads P_b without
 // waiting for P1 full; 7 = warpgroup 1 reads P_a without waiting for P0 full; 8 = warpgroup 1
-// arrives on P1 full before its P_a V_a retired (then warpgroup 0 may rewrite P_a under it).
-constexpr int kNbP0Full = 1, kNbP1Full = 2, kNbQ = 3, kNbL = 5;
+// arrives on P1 full before its P_a V_a retired (then warpgroup 0 may rewrite P_a under it);
+// 9 = a warpgroup writes the shared P buffer without its own barrier (6 + c), so one warp
+// writes while a sibling warp's wgmma may still read the other warpgroup's P.
+constexpr int kNbP0Full = 1, kNbP1Full = 2, kNbQ = 3, kNbL = 5, kNbWg = 6;
 
 void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int nst, int bug) {
   const int c = w / 4, wi = w % 4;
@@ -261,26 +265,29 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int nst, in
     }
     s.arrive(s.empty[st]);
   };
-  // Warpgroup c writes its part of P (and m, alpha) for (row tile, pair) = ver.
+  // Warpgroup `which` (0: P_a, 1: P_b) writes its part of the P buffer (and its m, alpha) for
+  // (row tile, pair) = ver.
   auto write_p = [&](int which, long ver) {
     std::lock_guard<std::mutex> g(s.m.mu);
-    if (s.p_readers[which] != 0)
-      s.m.fail_locked("P" + std::to_string(which) + " rewritten while " + std::to_string(s.p_readers[which]) +
-                      " warps of the other warpgroup may read it");
-    s.p_ver[which][wi] = ver;
+    if (s.p_readers != 0)
+      s.m.fail_locked("P rewritten (as P" + std::to_string(which) + ") while " + std::to_string(s.p_readers) +
+                      " warps may read it");
+    s.p_ver[wi] = 2 * ver + which;
+    s.m_ver[which][wi] = ver;
   };
   auto start_reading_p = [&](int which, long ver) {
     std::lock_guard<std::mutex> g(s.m.mu);
     for (int k = 0; k < 4; ++k)
-      if (s.p_ver[which][k] != ver)
+      if (s.p_ver[k] != 2 * ver + which || s.m_ver[which][k] != ver)
         s.m.fail_locked("warp " + std::to_string(w) + " reads P" + std::to_string(which) + " part " +
-                        std::to_string(k) + " of version " + std::to_string(s.p_ver[which][k]) + ", expected " +
-                        std::to_string(ver));
-    ++s.p_readers[which];
+                        std::to_string(k) + " holding " + std::to_string(s.p_ver[k]) + ", expected " +
+                        std::to_string(2 * ver + which));
+    ++s.p_readers;
   };
   auto stop_reading_p = [&](int which) {
+    (void)which;
     std::lock_guard<std::mutex> g(s.m.mu);
-    --s.p_readers[which];
+    --s.p_readers;
   };
   unsigned ti_run = 0;
   long rt = 0;
@@ -300,6 +307,7 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int nst, in
       if (c == 0) {
         begin_read(tia);  // QK of a
         jitter();         // softmax
+        if (bug != 9) s.named_sync(kNbWg + c, 4);
         write_p(0, ver);
         s.named_arrive(kNbP0Full, 8);
         jitter();  // P_a V_a
@@ -341,6 +349,7 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int nst, in
           } else {
             release_a();  // wait_group 0: P_a V_a retired
             stop_reading_p(0);
+            if (bug != 9) s.named_sync(kNbWg + c, 4);
             write_p(1, ver);
             s.named_arrive(kNbP1Full, 8);
           }
@@ -473,6 +482,7 @@ TEST(MlaAttentionSm90Protocol, PlantedBugsAreCaught) {
   EXPECT_TRUE(caught(6, 0)) << "P_b read without waiting for P1 full";
   EXPECT_TRUE(caught(7, 0)) << "P_a read without waiting for P0 full";
   EXPECT_TRUE(caught(8, 0)) << "P1 full arrived before P_a V_a retired";
+  EXPECT_TRUE(caught(9, 0)) << "shared P written without the warpgroup's own barrier";
 }
 
 }  // namespace

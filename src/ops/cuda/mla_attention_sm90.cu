@@ -50,21 +50,27 @@
 // averaging. So the split stays (same arithmetic as v1, same error); it costs PV tensor time
 // (3.28 M instead of 2.23 M MACs per tile) and the V reads twice.
 //
-// Shared memory (dynamic, from a 1024-byte-aligned base; 221,872 B with the alignment slack):
+// Shared memory (dynamic, from a 1024-byte-aligned base; 232,128 B with the alignment slack,
+// 320 B under the limit):
 //   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
-//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode: a third stage
+//   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode: stages 3 and 4
 //                                                 at raw, whose slots that mode does not use)
-//   raw    3 slots x 18,432             55,296  staged rows: 16 bf16 rows or 32 fp8 rows
-//   P      [2 WG][hi, lo][64 x 32] bf16 16,384  the seesaw hand-over (K-major, no swizzle)
+//   raw    2 x 36,864                   73,728  relayout modes (Staging): bf16 3 slots of 16
+//                                                 rows; fp8 stage 3, then 2 slots of 32 rows
+//   P      [hi, lo][64 x 32] bf16        8,192  the seesaw hand-over (K-major, no swizzle), one
+//                                                 buffer written by the warpgroups in turn
 //   rows   m, alpha, l [2 WG][64] f32     1,536
-//   status [3 slots][32] u8, mbarriers full[3], empty[3], raw_full[3], landing.
+//   status [3 slots][32] u8, mbarriers full[4], empty[4], raw_full[3], landing.
+// TMA mode has 4 stages because the seesaw holds a pair of tiles while it computes: with 3, one
+// 36,864-byte tile was in flight per SM during a pair, short of what HBM latency needs (bf16
+// at 68% of copy); with 4, the next pair loads while this one computes.
 // Every chunk starts on a 1024-byte boundary, so the descriptors use base offset 0. Layouts
 // (K-major SW128 for Q and K, MN-major SW128 for V, LBO 4096 / SBO 1024) and descriptor
 // arithmetic: mla_attention_sm90_layout.h.
 //
 // Barrier protocol (tile counter `ti` runs over every tile the CTA processes, across row
 // tiles; staged-chunk counter `q` likewise; parity = the phase being waited for):
-//   (relayout mode: S = 3 slots and N = 2 stages (Staging<kFp8>); TMA mode: N = 3)
+//   (relayout mode, Staging<kFp8>: bf16 S = 3 slots, N = 2 stages; fp8 S = 2, N = 3; TMA: N = 4)
 //   raw_full[q % S]  count 1 + tx: warp-0 lane 0 arrive.expect_tx(bytes of the rows copied),
 //                    then the bulk copies complete_tx. Producer threads wait parity (q / S) & 1.
 //                    A slot is refilled (chunk q + S) only after producer bar.sync 4 (128),
@@ -90,9 +96,10 @@
 //   hand-over        named barriers of 256 (128 bar.arrive + 128 bar.sync): P0 full (1;
 //                    warpgroup 0 wrote P_a, m, alpha: fence.proxy.async, arrive), P1 full (2;
 //                    the same for P_b the other way, only in pairs with a tile b), L (5, both
-//                    sync) for the row sums. A warpgroup rewrites its P only after syncing on
-//                    the other's full barrier of the same pair, which the other arrives on
-//                    only after its last read of that P: no separate "free" barrier. Arrivals
+//                    sync) for the row sums. One P buffer: warpgroup 1 writes P_b after its
+//                    P_a V_a retired and warpgroup 0 the next P_a after syncing on P1 full and
+//                    after its P_b V_b retired, each behind its own bar.sync 6 + c (128) so that
+//                    no sibling warp still reads: no separate "free" barrier. Arrivals
 //                    and syncs are matched one to one within a row tile (the host model checks
 //                    the whole protocol, with planted bugs).
 //   Q                bar.sync 3 (256) at a row tile's start: every QK of the previous row tile
@@ -141,9 +148,9 @@ namespace {
 using namespace sm90;
 
 constexpr int kThreads = 384;          // producer WG + 2 consumer WGs
-constexpr int kStagesTma = 3;          // TMA mode: the third in the staging room (unused there)
+constexpr int kStagesTma = 4;          // TMA mode: stages 3 and 4 in the staging room (unused there)
 constexpr int kRawSlots = 3;           // staging slots (most of any mode: bf16 relayout)
-constexpr int kRawBytes = 55296;       // the staging room: 3 x 16 bf16 rows, or stage 3 + 2 x 16 fp8 rows
+constexpr int kRawBytes = 2 * kKvBytes;  // the staging room (relayout modes) = TMA mode's stages 3, 4
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr bool kSplitP = true;         // P as hi + lo bf16 (see "P precision")
 constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (lazy rescaling)
@@ -153,8 +160,8 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg bu
 constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffKv = kOffQ + kQBytes;
 constexpr uint32_t kOffRaw = kOffKv + 2 * kKvBytes;
-constexpr uint32_t kOffP = kOffRaw + kRawBytes;  // P of WG c: hi at c * 2 kPBytes, lo after it
-constexpr uint32_t kOffRows = kOffP + 4 * kPBytes;  // per row: m_pub [2][64], sc_pub [2][64], l_pub [2][64] f32
+constexpr uint32_t kOffP = kOffRaw + kRawBytes;  // the hand-over P: hi, then lo (both warpgroups in turn)
+constexpr uint32_t kOffRows = kOffP + 2 * kPBytes;  // per row: m_pub [2][64], sc_pub [2][64], l_pub [2][64] f32
 constexpr uint32_t kOffStatus = kOffRows + 6 * kRows * 4;
 constexpr uint32_t kOffBar = kOffStatus + kRawSlots * 32;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStagesTma, kBarRaw = kOffBar + 16 * kStagesTma;
@@ -162,16 +169,19 @@ constexpr uint32_t kBarLanding = kBarRaw + 8 * kRawSlots;
 constexpr uint32_t kSmemUsed = kBarLanding + 8;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 static_assert(kOffKv % 1024 == 0 && kKvBytes % 1024 == 0 && kOffRaw % 16 == 0 && kOffP % 128 == 0 && kOffBar % 8 == 0);
-static_assert(kOffKv + kStagesTma * kKvBytes <= kOffP, "TMA mode's third stage lies in the staging slots");
-static_assert(kSmemBytes == 221872 && kSmemBytes <= 232448, "the design note states the shared-memory size");
+static_assert(kOffKv + kStagesTma * kKvBytes <= kOffP, "TMA mode's stages 3 and 4 lie in the staging room");
+static_assert(kSmemBytes == 232128 && kSmemBytes <= 232448, "the design note states the shared-memory size");
 
 // Named barriers (0 is __syncthreads). The seesaw hand-over (consumers only, 256 = 128 arriving
 // + 128 syncing): P0 full (warpgroup 0's P, m and rescale of tile a, for warpgroup 1), P1 full
 // (warpgroup 1's, tile b); L (both sync: the row sums at the end of a row tile). No "free"
-// barriers: each warpgroup arrives on its full barrier only after its last read of the other's
-// P (warpgroup 1 after P_a V_a retired; warpgroup 0 at the pair start, after P_b V_b retired),
-// so the other, which rewrites its P only after that arrival, never writes under a reader.
-constexpr int kBarP0Full = 1, kBarP1Full = 2, kBarQ = 3, kBarProducer = 4, kBarL = 5;
+// barriers: each warpgroup arrives on its full barrier only after its last read of P
+// (warpgroup 1 after P_a V_a retired; warpgroup 0 at the pair start, after P_b V_b retired),
+// so the other, which writes P only after that arrival, never writes under a reader.
+// One P buffer serves both directions, so before a warpgroup writes it, all four of its warps
+// must have retired their reads of the other's P: barrier kBarWgP + c (128) does that (one
+// warp's wait_group says nothing about a sibling warp's wgmma).
+constexpr int kBarP0Full = 1, kBarP1Full = 2, kBarQ = 3, kBarProducer = 4, kBarL = 5, kBarWgP = 6;
 
 // The KV range of one (sequence, split) and, per row tile, the keys its rows attend (as v1).
 struct SeqPlan {
@@ -191,16 +201,17 @@ __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const
 }
 
 // ---- producer warpgroup ------------------------------------------------------------------------
-// The relayout ring of a cache dtype: KV stages, then staging slots in the staging room (after
-// the third stage when there is one). Both dtypes: 2 stages and 3 slots of 18,432 B (16 bf16 or
-// 32 fp8 rows), no L2 prefetch. Measured on the H200 for fp8 (docs/perf.md): 3 stages with 2
-// slots of 16 rows and L2 prefetch of 4 chunks ahead ran 1.43x slower than this (less in
-// flight per SM); the seesaw, which consumes tiles in pairs, still waits for the relayout here.
+// The relayout ring of a cache dtype: KV stages, then staging slots of 18,432 B in the staging
+// room (after the third stage when there is one). bf16 (16 rows a slot, the rare fallback):
+// 2 stages, 3 slots. fp8 (32 rows a slot): 3 stages, 2 slots, measured 1.05-1.13x faster than
+// 2 and 3 on the H200 (the seesaw holds a pair of tiles, so with 2 stages the producer idles
+// until a pair ends). Also measured (docs/perf.md): 3 stages with 2 slots of 16 fp8 rows and
+// an L2 prefetch 4 chunks ahead, 1.43x slower (less in flight per SM); kPrefetch stays 0.
 template <bool kFp8>
 struct Staging {
   static constexpr int kRowBytes = kFp8 ? kDqk : 2 * kDqk;  // 576 or 1,152 bytes per cache row
-  static constexpr int kStages = 2;                         // KV tiles in the ring
-  static constexpr int kSlots = 3;                          // staging slots
+  static constexpr int kStages = kFp8 ? 3 : 2;              // KV tiles in the ring
+  static constexpr int kSlots = kFp8 ? 2 : 3;               // staging slots
   static constexpr int kRowsPerChunk = kFp8 ? 32 : 16;      // cache rows per staging slot
   static constexpr int kSlotBytes = kRowsPerChunk * kRowBytes;  // 18,432
   static constexpr uint32_t kOffSlots = kOffRaw + (kStages - 2) * kKvBytes;
@@ -495,8 +506,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   float* m_pub = reinterpret_cast<float*>(base_ptr + kOffRows);  // [2][64]: m after warpgroup c's tile
   float* sc_pub = m_pub + 2 * kRows;                              // [2][64]: its alpha
   float* l_pub = sc_pub + 2 * kRows;                              // [2][64]: row sums at the end
-  uint8_t* p_mine = base_ptr + kOffP + c * 2 * kPBytes;
-  const uint32_t p_other = base + kOffP + (c ^ 1) * 2 * kPBytes;
+  // One P buffer for both: warpgroup 1 writes P_b only after its P_a V_a (its last read of P_a)
+  // retired, warpgroup 0 writes the next P_a only after its P_b V_b retired (the pair start).
+  uint8_t* p_mine = base_ptr + kOffP;
+  const uint32_t p_other = base + kOffP;
   uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan(p, s, mt);
@@ -568,6 +581,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
           for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
         }
+        named_bar_sync(kBarWgP, 128);  // (warpgroup 0) every warp's P_b V_b of the last pair retired
         pack_and_publish_p(sc, a_hi, a_lo, p_mine, t);
         if (tq == 0) {
 #pragma unroll
@@ -650,6 +664,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
             for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
           }
+          named_bar_sync(kBarWgP + 1, 128);  // (warpgroup 1) every warp's P_a V_a retired
           pack_and_publish_p(sb, a_hi, a_lo, p_mine, t);
           if (tq == 0) {
 #pragma unroll
