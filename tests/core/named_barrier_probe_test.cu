@@ -2,8 +2,9 @@
 // bar.arrive / bar.sync pairs, as the mla_attention v2 seesaw hands over P, the row maximum and
 // the rescale factor (sm90::named_bar_arrive / named_bar_sync). Each kernel's order holds by
 // the PTX barrier semantics and its values are checked. Their other purpose is the sanitizers:
-// on the H200 (CUDA 13.0) compute-sanitizer racecheck reports hazards on both probes (also
-// with every bar.arrive made a bar.sync), and synccheck reports none; so racecheck's reports on
+// on the H200 (CUDA 13.0) compute-sanitizer racecheck reports hazards on the seesaw-shape probe
+// in every run (also with every bar.arrive made a bar.sync) and on the two-warpgroup one in
+// some runs, and synccheck reports none; so racecheck's reports on
 // the v2 kernel's hand-over are the tool's, and gpu-check runs those cases apart
 // (docs/verification.md). The hand-over protocol itself is checked by the host model
 // (MlaAttentionSm90Protocol). Needs a CUDA GPU.
