@@ -178,8 +178,8 @@ void producer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int mode, i
       }
       if (bug == 3 && w == 0 && i + slots < nchunks) stage_chunk(i + slots, q + slots);
       s.named_sync(4, 4);
-      if (bug != 3 && w == 0 && i + slots < nchunks) stage_chunk(i + slots, q + slots);
       if (w == 0 && i % chunks_per_tile == chunks_per_tile - 1) s.arrive(s.full[st]);  // after the barrier, for all
+      if (bug != 3 && w == 0 && i + slots < nchunks) stage_chunk(i + slots, q + slots);
     }
     q_run += nchunks;
     ti_run += ntiles;

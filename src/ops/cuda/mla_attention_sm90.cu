@@ -376,9 +376,14 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
     const TilePlan tp = tile_plan(p, s, mt);
     if (tp.ntiles <= 0) continue;
     const int nchunks = tp.ntiles * St::kChunksPerTile;
+    // Warp 0's block-table lookups run one chunk ahead of their use (`next`, looked up during
+    // the relayout before the one whose barrier precedes its copy), so their latency is never
+    // in front of a barrier the other producer warps wait at.
+    StagedRow next{nullptr, kRowZero};
     if (wt < 32) {
       for (int i = 0; i < min(St::kSlots, nchunks); ++i)
         issue_chunk<kFp8>(base, base_ptr, lookup_row<kFp8>(p, b, s, tp, i, wt), q_run + i, wt);
+      if (St::kSlots < nchunks) next = lookup_row<kFp8>(p, b, s, tp, St::kSlots, wt);
       for (int i = St::kSlots; i < min(St::kSlots + St::kPrefetch, nchunks); ++i) {
         const StagedRow ahead = lookup_row<kFp8>(p, b, s, tp, i, wt);
         if (ahead.status == kRowCopy) prefetch_l2(ahead.row, St::kRowBytes);
@@ -388,8 +393,8 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       const uint32_t q = q_run + i, ti = ti_run + i / St::kChunksPerTile;
       const int slot = static_cast<int>(q % St::kSlots), st = static_cast<int>(ti % St::kStages);
       const bool refill = wt < 32 && i + St::kSlots < nchunks;
-      StagedRow next{nullptr, kRowZero};
-      if (refill) next = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots, wt);  // in flight during the relayout
+      StagedRow after{nullptr, kRowZero};  // the chunk after `next`: in flight during this relayout
+      if (wt < 32 && i + St::kSlots + 1 < nchunks) after = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots + 1, wt);
       if (St::kPrefetch > 0 && wt < 32 && i + St::kSlots + St::kPrefetch < nchunks) {
         const StagedRow ahead = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots + St::kPrefetch, wt);
         if (ahead.status == kRowCopy) prefetch_l2(ahead.row, St::kRowBytes);
@@ -401,8 +406,10 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       const bool tile_done = i % St::kChunksPerTile == St::kChunksPerTile - 1;
       if (tile_done) fence_proxy_async();  // this thread's tile stores -> the async proxy (wgmma)
       named_bar_sync(kBarProducer, 128);   // every thread is done with the slot (and the tile)
-      if (refill) issue_chunk<kFp8>(base, base_ptr, next, q + St::kSlots, wt);
+      // The tile goes to the consumers first, then warp 0 refills the slot.
       if (tile_done && wt == 0) mbar_arrive(base + kBarFull + 8 * st);  // for all 128 (the barrier above)
+      if (refill) issue_chunk<kFp8>(base, base_ptr, next, q + St::kSlots, wt);
+      next = after;
     }
     q_run += nchunks;
     ti_run += tp.ntiles;
