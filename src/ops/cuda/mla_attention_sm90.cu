@@ -257,8 +257,18 @@ __device__ __forceinline__ void issue_chunk(uint32_t base, uint8_t* base_ptr, co
   const uint32_t bar = base + kBarRaw + 8 * slot;
   if (lane == 0) mbar_arrive_expect_tx(bar, static_cast<uint32_t>(__popc(copies)) * St::kRowBytes);
   __syncwarp();  // the expected bytes are announced before any copy can complete
-  if (r.status == kRowCopy)
-    bulk_copy_g2s(base + St::kOffSlots + slot * St::kSlotBytes + lane * St::kRowBytes, r.row, St::kRowBytes, bar);
+  // Rows that lie back to back in memory (a chunk inside one page of a packed cache, the usual
+  // case) go as one copy by lane 0: the warp issues bulk copies one lane at a time, and 32 of
+  // them kept warp 0 behind the other producer warps at every barrier.
+  const uint32_t dst = base + St::kOffSlots + slot * St::kSlotBytes + lane * St::kRowBytes;
+  const uint8_t* row0 = reinterpret_cast<const uint8_t*>(
+      __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(r.row), 0));
+  const bool prefix = (copies & (copies + 1u)) == 0u;  // lanes 0 .. n-1 copy, the rest do not
+  if (prefix && __all_sync(0xffffffffu, r.status != kRowCopy || r.row == row0 + lane * St::kRowBytes)) {
+    if (lane == 0 && copies != 0u) bulk_copy_g2s(dst, row0, static_cast<uint32_t>(__popc(copies)) * St::kRowBytes, bar);
+  } else if (r.status == kRowCopy) {
+    bulk_copy_g2s(dst, r.row, St::kRowBytes, bar);
+  }
 }
 
 // All 128 producer threads: staged chunk in `slot` -> rows kr0 .. of the swizzled bf16 tile.
