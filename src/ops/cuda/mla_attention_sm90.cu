@@ -115,6 +115,11 @@
 //   seesaw (this consumer) -> 417 us bf16 (1.30x the schedule below; H128 839 us, 1.17x),
 //     fp8 823 us (1.06x: the relayout producer is the bound, consumers wait on `full` 32% of
 //     the samples, the producer on `empty` 10%; see Staging for a ring that measured slower).
+//   4 TMA stages (one P buffer) -> 399 us bf16; fp8 with 3 stages -> 734 us. fp8: the
+//   producer then spent 47% of its samples at its own barrier, waiting for warp 0, which
+//   issued 32 bulk copies a lane at a time per chunk and looked rows up just before the
+//   barrier: full arrival before the refill, lookups one chunk ahead -> 692 us; one bulk copy
+//   for a chunk of back-to-back rows -> 509 us (docs/perf.md).
 // The schedule before the seesaw (one warpgroup per half of O, scores exchanged per tile):
 //   first run 1,160 us (~7,900 clk / tile): Nsight showed the consumers waiting on `full` 62%
 //     of the time, the producer latency-bound (one warp per scheduler, ~60 instructions of
