@@ -520,6 +520,27 @@ __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32
     }
 }
 
+// O += P V over one tile's 32 keys (2 k-steps), P split as hi then lo (see "P precision"): P
+// from this warpgroup's registers (its own tile) or from the shared P buffer at `p_smem` (the
+// other warpgroup's tile).
+__device__ __forceinline__ void pv_from_registers(float (&o)[128], const uint32_t (&a_hi)[2][4],
+                                                  const uint32_t (&a_lo)[2][4], uint32_t kv, int c) {
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kv, c, ks));
+  if constexpr (kSplitP) {
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kv, c, ks));
+  }
+}
+__device__ __forceinline__ void pv_from_shared(float (&o)[128], uint32_t p_smem, uint32_t kv, int c) {
+#pragma unroll
+  for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_smem, ks), v_desc(kv, c, ks));
+  if constexpr (kSplitP) {
+#pragma unroll
+    for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_smem + kPBytes, ks), v_desc(kv, c, ks));
+  }
+}
+
 template <bool kQFp8>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t, int nst) {
@@ -615,12 +636,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         fence_proxy_async();  // P_a (generic stores) -> the async proxy of warpgroup 1's wgmma
         named_bar_arrive(kBarP0Full, 256);
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kva, c, ks));
-        if constexpr (kSplitP) {
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kva, c, ks));
-        }
+        pv_from_registers(o, a_hi, a_lo, kva, c);
         wgmma_commit();
         if (has_b) {
           named_bar_sync(kBarP1Full, 256);
@@ -637,12 +653,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           rescale_rows(o, l, alpha);
           mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
           wgmma_fence();
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other, ks), v_desc(kvb, c, ks));
-          if constexpr (kSplitP) {
-#pragma unroll
-            for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other + kPBytes, ks), v_desc(kvb, c, ks));
-          }
+          pv_from_shared(o, p_other, kvb, c);
           wgmma_commit();  // retired at the next pair or the row tile's end
         } else {
           wgmma_wait<0>();
@@ -662,12 +673,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         rescale_rows(o, l, alpha);  // (nothing writes o now: the pair began with wait_group 0)
         mbar_wait(base + kBarFull + 8 * sta, (tia / nst) & 1);
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other, ks), v_desc(kva, c, ks));
-        if constexpr (kSplitP) {
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_other + kPBytes, ks), v_desc(kva, c, ks));
-        }
+        pv_from_shared(o, p_other, kva, c);
         wgmma_commit();
         if (has_b) {
           wgmma_wait<1>();  // QK of b (committed before P_a V_a) is retired
@@ -698,12 +704,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           fence_proxy_async();
           named_bar_arrive(kBarP1Full, 256);
           wgmma_fence();
-#pragma unroll
-          for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kvb, c, ks));
-          if constexpr (kSplitP) {
-#pragma unroll
-            for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kvb, c, ks));
-          }
+          pv_from_registers(o, a_hi, a_lo, kvb, c);
           wgmma_commit();  // retired at the next pair or the row tile's end
         } else {
           wgmma_wait<0>();
