@@ -51,6 +51,19 @@ __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
   return pack_bf16(f.x, f.y);
 }
 
+// Two e4m3 bytes -> two f16 (first in the low half). Exact, and one instruction: every e4m3
+// value is an f16 value. The kernel whose query and cache are both fp8 runs its products in
+// f16 (sm90: `Operands`), where this is the whole dequantisation.
+__device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
+  const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+  return static_cast<uint32_t>(hr.x) | static_cast<uint32_t>(hr.y) << 16;
+}
+
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);  // .x (lower 16 bits) = lo
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // Block-table entry k of sequence b: the page holding its KV positions k * page_size ...
 __device__ __forceinline__ int page_at(const MlaAttentionParams& p, int b, int k) {
   return p.block_table[b * p.bt_s0 + k * p.bt_s1];
@@ -67,7 +80,8 @@ __device__ __forceinline__ const uint8_t* kv_row(const MlaAttentionParams& p, in
 // Values col .. col + 7 of query row r (token qb + r / H, head r % H) as 8 bf16 (16 bytes).
 // A bf16 q: one 16-byte load when p.q_vec, else 8 element loads. An fp8 q: one 8-byte load
 // (or 8 byte loads), dequantised in registers (exact); q_scale stays out (the softmax constant).
-template <bool kQFp8>
+// kF16 (fp8 q only): the 8 values as f16 instead, also exact.
+template <bool kQFp8, bool kF16 = false>
 __device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, int r, int col) {
   uint4 v;
   const int64_t at = static_cast<int64_t>(qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 +
@@ -83,9 +97,15 @@ __device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, in
       for (int k = 0; k < 8; ++k) b[k] = src[k * p.q_s2];
       w = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
     }
-    v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
-                   fp8x2_to_bf16x2(w.y >> 16));
+    if constexpr (kF16) {
+      v = make_uint4(fp8x2_to_f16x2(w.x & 0xffffu), fp8x2_to_f16x2(w.x >> 16), fp8x2_to_f16x2(w.y & 0xffffu),
+                     fp8x2_to_f16x2(w.y >> 16));
+    } else {
+      v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                     fp8x2_to_bf16x2(w.y >> 16));
+    }
   } else {
+    static_assert(!kF16, "f16 values from an fp8 q only");
     const uint16_t* src = static_cast<const uint16_t*>(p.q) + at;
     if (p.q_vec) {
       v = __ldg(reinterpret_cast<const uint4*>(src));

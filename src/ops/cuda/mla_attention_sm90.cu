@@ -42,7 +42,8 @@
 // (hardware swizzle, no staging) is the obvious next step if the H200 shows it matters.
 //
 // P precision. P = exp2(s - m) in f32 is split as hi = bf16(p), lo = bf16(p - hi) and PV runs
-// twice (A = hi, then A = lo): |p - hi - lo| <= 2^-8 |p - hi| <= 2^-16 p, where plain bf16 P
+// twice (A = hi, then A = lo): |p - hi - lo| <= 2^-8 |p - hi| <= 2^-16 p (the fp8-cache, fp8-q
+// kernel splits in f16, kF16: <= 2^-22 p; p <= 256 stays in f16's range), where plain bf16 P
 // would leave 2^-8 p per weight. The matrix tolerance for o is
 // kv_scale max|v| eps_f32 (4 A + 8 sqrt(L) + 64): ~1.2e-5 max|v| at L = 40, A = 41 (the CI
 // decode case); plain bf16 P errs by up to ~2^-8 max|v| = 3.9e-3 max|v| (~1e-3 typical with
@@ -279,7 +280,8 @@ __device__ __forceinline__ void issue_chunk(uint32_t base, uint8_t* base_ptr, co
 // All 128 producer threads: staged chunk in `slot` -> rows kr0 .. of the swizzled bf16 tile.
 // Thread wt takes rows wt / 8 + 16 h and pieces u * 8 + wt % 8 (producer_piece: the
 // conflict-free order, status and addresses once per row).
-template <bool kFp8>
+// kF16 (fp8 cache and fp8 q): the tile is written as f16, one instruction per two values.
+template <bool kFp8, bool kF16>
 __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint8_t* tile, int kr0, int wt) {
   using St = Staging<kFp8>;
   constexpr int kPieceBytes = kFp8 ? 8 : 16;  // 8 values of the staged row
@@ -299,15 +301,20 @@ __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint
         uint4 v;
         if constexpr (kFp8) {
           const uint2 w = *reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes);
-          v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
-                         fp8x2_to_bf16x2(w.y >> 16));
+          if constexpr (kF16) {
+            v = make_uint4(fp8x2_to_f16x2(w.x & 0xffffu), fp8x2_to_f16x2(w.x >> 16), fp8x2_to_f16x2(w.y & 0xffffu),
+                           fp8x2_to_f16x2(w.y >> 16));
+          } else {
+            v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                           fp8x2_to_bf16x2(w.y >> 16));
+          }
         } else {
           v = *reinterpret_cast<const uint4*>(src + u * 8 * kPieceBytes);
         }
         *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = v;
       }
     } else {
-      const uint32_t fill = st == kRowNan ? 0x7fc07fc0u : 0u;  // bf16 NaN, or zeros
+      const uint32_t fill = st == kRowNan ? (kF16 ? 0x7e007e00u : 0x7fc07fc0u) : 0u;  // NaN (f16 / bf16), or zeros
 #pragma unroll
       for (int u = 0; u < kColChunks; ++u) *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = make_uint4(fill, fill, fill, fill);
     }
@@ -378,7 +385,7 @@ __device__ __forceinline__ bool pages_inside(const MlaAttentionParams& p, int b,
   return !__any_sync(0xffffffffu, bad);
 }
 
-template <bool kFp8>
+template <bool kFp8, bool kF16>
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map, bool tma_mode, int b,
                                          const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int wt) {
   using St = Staging<kFp8>;
@@ -416,7 +423,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       }
       if (i % St::kChunksPerTile == 0) mbar_wait(base + kBarEmpty + 8 * st, ((ti / St::kStages) & 1) ^ 1);
       mbar_wait(base + kBarRaw + 8 * slot, (q / St::kSlots) & 1);
-      relayout_chunk<kFp8>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
+      relayout_chunk<kFp8, kF16>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
                            wt);
       const bool tile_done = i % St::kChunksPerTile == St::kChunksPerTile - 1;
       if (tile_done) fence_proxy_async();  // this thread's tile stores -> the async proxy (wgmma)
@@ -500,9 +507,10 @@ __device__ __forceinline__ void rescale_rows(float (&o)[128], float (&l)[2], con
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
-// P (in sc) as hi = bf16(p), lo = bf16(p - hi): the A fragments of the two PV k-steps
-// (registers (8 ks + 2 e, 8 ks + 2 e + 1) -> .b32 e, p_reg_of), also stored to the warpgroup's
-// P buffers (hi at p_hi, lo at p_hi + kPBytes) for the other warpgroup.
+// P (in sc) as hi = bf16(p), lo = bf16(p - hi) (kF16: f16, a finer split): the A fragments of
+// the two PV k-steps (registers (8 ks + 2 e, 8 ks + 2 e + 1) -> .b32 e, p_reg_of), also stored
+// to the P buffer (hi at p_hi, lo at p_hi + kPBytes) for the other warpgroup.
+template <bool kF16>
 __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32_t (&a_hi)[2][4], uint32_t (&a_lo)[2][4],
                                                    uint8_t* p_hi, int t) {
 #pragma unroll
@@ -511,9 +519,15 @@ __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32
     for (int e = 0; e < 4; ++e) {
       const int i = p_reg_of(ks, 2 * e);
       const float p0 = sc[i], p1 = sc[i + 1];
-      const uint32_t hi = pack_bf16(p0, p1);
-      a_hi[ks][e] = hi;
-      a_lo[ks][e] = pack_bf16(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
+      if constexpr (kF16) {
+        const __half2 hi = __floats2half2_rn(p0, p1);
+        a_hi[ks][e] = *reinterpret_cast<const uint32_t*>(&hi);
+        a_lo[ks][e] = pack_f16(p0 - __low2float(hi), p1 - __high2float(hi));
+      } else {
+        const uint32_t hi = pack_bf16(p0, p1);
+        a_hi[ks][e] = hi;
+        a_lo[ks][e] = pack_bf16(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
+      }
       const uint32_t off = p_offset(frag_d_row(t, i), frag_d_col(t, i));
       *reinterpret_cast<uint32_t*>(p_hi + off) = a_hi[ks][e];
       *reinterpret_cast<uint32_t*>(p_hi + kPBytes + off) = a_lo[ks][e];
@@ -523,25 +537,27 @@ __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32
 // O += P V over one tile's 32 keys (2 k-steps), P split as hi then lo (see "P precision"): P
 // from this warpgroup's registers (its own tile) or from the shared P buffer at `p_smem` (the
 // other warpgroup's tile).
+template <bool kF16>
 __device__ __forceinline__ void pv_from_registers(float (&o)[128], const uint32_t (&a_hi)[2][4],
                                                   const uint32_t (&a_lo)[2][4], uint32_t kv, int c) {
 #pragma unroll
-  for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_hi[ks], v_desc(kv, c, ks));
+  for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs<kF16>(o, a_hi[ks], v_desc(kv, c, ks));
   if constexpr (kSplitP) {
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs(o, a_lo[ks], v_desc(kv, c, ks));
+    for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs<kF16>(o, a_lo[ks], v_desc(kv, c, ks));
   }
 }
+template <bool kF16>
 __device__ __forceinline__ void pv_from_shared(float (&o)[128], uint32_t p_smem, uint32_t kv, int c) {
 #pragma unroll
-  for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_smem, ks), v_desc(kv, c, ks));
+  for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss<kF16>(o, p_desc(p_smem, ks), v_desc(kv, c, ks));
   if constexpr (kSplitP) {
 #pragma unroll
-    for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss(o, p_desc(p_smem + kPBytes, ks), v_desc(kv, c, ks));
+    for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss<kF16>(o, p_desc(p_smem + kPBytes, ks), v_desc(kv, c, ks));
   }
 }
 
-template <bool kQFp8>
+template <bool kQFp8, bool kF16>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t, int nst) {
   const int lane = t % 32, tq = t % 4;
@@ -571,7 +587,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         piece_of(ct + u * 256, kRows, row, piece);
         const int col = piece * 8;
         const int r = tp.r0 + row;
-        const uint4 v = r < s.rows_b ? q_chunk<kQFp8>(p, s.qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
+        const uint4 v = r < s.rows_b ? q_chunk<kQFp8, kF16>(p, s.qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
         *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kRows, row, col)) = v;
       }
       fence_proxy_async();
@@ -611,7 +627,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kQkSteps; ++kk) wgmma_m64n32k16_ss(sc, q_desc(q_smem, kk), k_desc(kv, kk), kk > 0 ? 1 : 0);
+        for (int kk = 0; kk < kQkSteps; ++kk) wgmma_m64n32k16_ss<kF16>(sc, q_desc(q_smem, kk), k_desc(kv, kk), kk > 0 ? 1 : 0);
         wgmma_commit();
       }
       float alpha[2];
@@ -625,7 +641,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
         }
         named_bar_sync(kBarWgP, 128);  // (warpgroup 0) every warp's P_b V_b of the last pair retired
-        pack_and_publish_p(sc, a_hi, a_lo, p_mine, t);
+        pack_and_publish_p<kF16>(sc, a_hi, a_lo, p_mine, t);
         if (tq == 0) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -636,7 +652,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         fence_proxy_async();  // P_a (generic stores) -> the async proxy of warpgroup 1's wgmma
         named_bar_arrive(kBarP0Full, 256);
         wgmma_fence();
-        pv_from_registers(o, a_hi, a_lo, kva, c);
+        pv_from_registers<kF16>(o, a_hi, a_lo, kva, c);
         wgmma_commit();
         if (has_b) {
           named_bar_sync(kBarP1Full, 256);
@@ -653,7 +669,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           rescale_rows(o, l, alpha);
           mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
           wgmma_fence();
-          pv_from_shared(o, p_other, kvb, c);
+          pv_from_shared<kF16>(o, p_other, kvb, c);
           wgmma_commit();  // retired at the next pair or the row tile's end
         } else {
           wgmma_wait<0>();
@@ -673,7 +689,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         rescale_rows(o, l, alpha);  // (nothing writes o now: the pair began with wait_group 0)
         mbar_wait(base + kBarFull + 8 * sta, (tia / nst) & 1);
         wgmma_fence();
-        pv_from_shared(o, p_other, kva, c);
+        pv_from_shared<kF16>(o, p_other, kva, c);
         wgmma_commit();
         if (has_b) {
           wgmma_wait<1>();  // QK of b (committed before P_a V_a) is retired
@@ -693,7 +709,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
             for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
           }
           named_bar_sync(kBarWgP + 1, 128);  // (warpgroup 1) every warp's P_a V_a retired
-          pack_and_publish_p(sb, a_hi, a_lo, p_mine, t);
+          pack_and_publish_p<kF16>(sb, a_hi, a_lo, p_mine, t);
           if (tq == 0) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -704,7 +720,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           fence_proxy_async();
           named_bar_arrive(kBarP1Full, 256);
           wgmma_fence();
-          pv_from_registers(o, a_hi, a_lo, kvb, c);
+          pv_from_registers<kF16>(o, a_hi, a_lo, kvb, c);
           wgmma_commit();  // retired at the next pair or the row tile's end
         } else {
           wgmma_wait<0>();
@@ -782,11 +798,16 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   }
 }
 
-// kFp8: the cache is fp8 (else bf16); kQFp8: the query is fp8 (else bf16).
+// kFp8: the cache is fp8 (else bf16); kQFp8: the query is fp8 (else bf16). With both fp8 (the
+// engine's fp8 path: the fused prepare writes an fp8 query), every product runs in f16 (kF16):
+// Q, K and V are exact in f16 as in bf16, and the producer's dequantisation is one instruction
+// per two values instead of four (e4m3 -> f16 is native; bf16 went through f32); P is split in
+// f16 (hi + lo carry 22 bits instead of 16).
 // tma: `map` describes the bf16 cache (TMA mode, see producer_tma); else it is unused.
 template <bool kFp8, bool kQFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map, int tma) {
+  constexpr bool kF16 = kFp8 && kQFp8;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -826,10 +847,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int nst = tma_mode ? kStagesTma : Staging<kFp8>::kStages;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    producer<kFp8>(p, map, tma_mode, b, s, base, base_ptr, wt);
+    producer<kFp8, kF16>(p, map, tma_mode, b, s, base, base_ptr, wt);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consumer<kQFp8>(p, s, split, base, base_ptr, wg - 1, wt, nst);
+    consumer<kQFp8, kF16>(p, s, split, base, base_ptr, wg - 1, wt, nst);
   }
 }
 

@@ -86,16 +86,25 @@ template <int kN> __device__ __forceinline__ void fence_operands(uint32_t (&r)[k
   for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 
+// The wgmma wrappers take the operand type as kF16: false = bf16 (A and B), true = f16; the two
+// share layouts and descriptors (2-byte elements), only the instruction's type differs.
+
 // S[64 x 32] (+)= A[64 x 16] B[16 x 32]: A = Q, B = K (both K-major in shared memory),
 // f32 accumulators (16 per thread); scale_d == 0 overwrites d.
+#define KESTREL_WGMMA_M64N32K16_SS(TYPE)                                                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                   \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE                                              \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),    \
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+template <bool kF16 = false>
 __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  if constexpr (kF16) {
+    KESTREL_WGMMA_M64N32K16_SS("f16.f16 ");
+  } else {
+    KESTREL_WGMMA_M64N32K16_SS("bf16.bf16 ");
+  }
 }
 
 // The 128 f32 accumulators of an m64n256 wgmma: the register list in the PTX string and the
@@ -120,27 +129,37 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc
   "+f"((d)[112]), "+f"((d)[113]), "+f"((d)[114]), "+f"((d)[115]), "+f"((d)[116]), "+f"((d)[117]), "+f"((d)[118]), "+f"((d)[119]), \
   "+f"((d)[120]), "+f"((d)[121]), "+f"((d)[122]), "+f"((d)[123]), "+f"((d)[124]), "+f"((d)[125]), "+f"((d)[126]), "+f"((d)[127])
 
-// O[64 x 256] += A[64 x 16] B[16 x 256]: A = P from registers (4 x bf16x2 per thread), B = V
+// O[64 x 256] += A[64 x 16] B[16 x 256]: A = P from registers (4 x 2 values per thread), B = V
 // MN-major in shared memory (imm-trans-b = 1), f32 accumulators (128 per thread).
+#define KESTREL_WGMMA_M64N256K16_RS(TYPE)                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                               \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE KESTREL_WGMMA_D128_REGS \
+               "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                          \
+               : KESTREL_WGMMA_D128_OPERANDS(d)                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1))
+template <bool kF16 = false>
 __device__ __forceinline__ void wgmma_m64n256k16_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      KESTREL_WGMMA_D128_REGS
-      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-      : KESTREL_WGMMA_D128_OPERANDS(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+  if constexpr (kF16) {
+    KESTREL_WGMMA_M64N256K16_RS("f16.f16 ");
+  } else {
+    KESTREL_WGMMA_M64N256K16_RS("bf16.bf16 ");
+  }
 }
 
 // The same with A from shared memory (K-major, desc_a): P written by the other warpgroup.
+#define KESTREL_WGMMA_M64N256K16_SS(TYPE)                                                  \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                               \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE KESTREL_WGMMA_D128_REGS \
+               "%128, %129, p, 1, 1, 0, 1;\n}\n"                                           \
+               : KESTREL_WGMMA_D128_OPERANDS(d)                                            \
+               : "l"(desc_a), "l"(desc_b), "n"(1))
+template <bool kF16 = false>
 __device__ __forceinline__ void wgmma_m64n256k16_ss(float (&d)[128], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      KESTREL_WGMMA_D128_REGS
-      "%128, %129, p, 1, 1, 0, 1;\n}\n"
-      : KESTREL_WGMMA_D128_OPERANDS(d)
-      : "l"(desc_a), "l"(desc_b), "n"(1));
+  if constexpr (kF16) {
+    KESTREL_WGMMA_M64N256K16_SS("f16.f16 ");
+  } else {
+    KESTREL_WGMMA_M64N256K16_SS("bf16.bf16 ");
+  }
 }
 
 }  // namespace kestrel::ops::cuda::sm90
