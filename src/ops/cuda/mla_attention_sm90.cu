@@ -17,10 +17,11 @@
 //     TMA (bf16 cache, page_size % 32 == 0, every page of the split inside the cache):
 //     thread 0 loads each tile with 9 tensor copies straight into the swizzled stage
 //     (producer_tma; a tile ending past kv_end lands first and all 128 zero its tail).
-//     relayout (otherwise): warp 0 issues one 1-D cp.async.bulk per cache row into a
-//     staging slot (mbarrier complete_tx); all 128 threads then rewrite the staged rows into
-//     the 128-byte-swizzled bf16 KV tile that the WGMMA descriptors read (bf16: a copy; fp8:
-//     e4m3 -> bf16 dequantisation, exact), fill absent rows (zeros past the split / causal end,
+//     relayout (otherwise): warp 0 issues 1-D cp.async.bulk copies of the chunk's cache rows
+//     into a staging slot (mbarrier complete_tx; one copy when the rows lie back to back, else
+//     one per row); all 128 threads then rewrite the staged rows into the 128-byte-swizzled
+//     KV tile that the WGMMA descriptors read (bf16: a copy; fp8: e4m3 -> bf16, or -> f16 when
+//     the query is fp8 too, both exact), fill absent rows (zeros past the split / causal end,
 //     NaN for a page outside the cache), fence.proxy.async, barrier, and thread 0 arrives on
 //     the tile's `full` (one arrival in both modes).
 //   WG1, WG2, consumers c = 0, 1 (224 registers): both own all 64 rows; consumer c accumulates
@@ -37,9 +38,8 @@
 // 16-byte page / row strides, and a row may come from a page outside the cache (NaN) or lie
 // past the split (zeros); per-row copies handle all of that with no tensor map per cache and no
 // driver entry point, and the fp8 cache needs a pass through registers anyway (Hopper has no
-// bf16 x fp8 wgmma). The price is one extra shared-memory pass for a bf16 cache (the relayout
-// into the swizzled tile, 74 KB per tile); a TMA path for page_size % 32 == 0 bf16 caches
-// (hardware swizzle, no staging) is the obvious next step if the H200 shows it matters.
+// bf16 x fp8 wgmma). For bf16 caches with page_size % 32 == 0 (and every page inside the
+// cache) the TMA mode above skips the staging: that is the common case.
 //
 // P precision. P = exp2(s - m) in f32 is split as hi = bf16(p), lo = bf16(p - hi) and PV runs
 // twice (A = hi, then A = lo): |p - hi - lo| <= 2^-8 |p - hi| <= 2^-16 p (the fp8-cache, fp8-q
