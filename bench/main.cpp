@@ -24,7 +24,7 @@ constexpr const char* kUsage =
     "  --filter SUBSTR   run only cases whose name contains SUBSTR (repeat: any of them)\n"
     "  --reps N          timed repetitions per case and per ceiling (default 50)\n"
     "  --warmup N        warm-up launches after one per rotation set (default 5)\n"
-    "  --timing MODE     auto (default: graph replay under 30 us a launch), events or graph\n"
+    "  --timing MODE     auto (default: graph replay under 100 us a launch), events or graph\n"
     "  --json PATH       also write ceilings, GPU, date, commit and every result as JSON\n"
     "  --commit SHA      the commit being measured, recorded in the JSON\n"
     "  --no-ceilings     skip the copy and GEMM ceilings (the % columns show '-')\n"
