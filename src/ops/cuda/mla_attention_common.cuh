@@ -59,6 +59,18 @@ __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t two) {
   return static_cast<uint32_t>(hr.x) | static_cast<uint32_t>(hr.y) << 16;
 }
 
+// Eight e4m3 bytes (w.x low byte first) -> eight 2-byte values, f16 (kF16) or bf16, exact.
+template <bool kF16>
+__device__ __forceinline__ uint4 fp8x8_dequantize(uint2 w) {
+  if constexpr (kF16) {
+    return make_uint4(fp8x2_to_f16x2(w.x & 0xffffu), fp8x2_to_f16x2(w.x >> 16), fp8x2_to_f16x2(w.y & 0xffffu),
+                      fp8x2_to_f16x2(w.y >> 16));
+  } else {
+    return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
+                      fp8x2_to_bf16x2(w.y >> 16));
+  }
+}
+
 __device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);  // .x (lower 16 bits) = lo
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -97,13 +109,7 @@ __device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, in
       for (int k = 0; k < 8; ++k) b[k] = src[k * p.q_s2];
       w = make_uint2(b[0] | b[1] << 8 | b[2] << 16 | b[3] << 24, b[4] | b[5] << 8 | b[6] << 16 | b[7] << 24);
     }
-    if constexpr (kF16) {
-      v = make_uint4(fp8x2_to_f16x2(w.x & 0xffffu), fp8x2_to_f16x2(w.x >> 16), fp8x2_to_f16x2(w.y & 0xffffu),
-                     fp8x2_to_f16x2(w.y >> 16));
-    } else {
-      v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
-                     fp8x2_to_bf16x2(w.y >> 16));
-    }
+    v = fp8x8_dequantize<kF16>(w);
   } else {
     static_assert(!kF16, "f16 values from an fp8 q only");
     const uint16_t* src = static_cast<const uint16_t*>(p.q) + at;

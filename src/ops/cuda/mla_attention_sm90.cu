@@ -212,7 +212,7 @@ __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const
 // 2 stages, 3 slots. fp8 (32 rows a slot): 3 stages, 2 slots, measured 1.05-1.13x faster than
 // 2 and 3 on the H200 (the seesaw holds a pair of tiles, so with 2 stages the producer idles
 // until a pair ends). Also measured (docs/perf.md): 3 stages with 2 slots of 16 fp8 rows and
-// an L2 prefetch 4 chunks ahead, 1.43x slower (less in flight per SM); kPrefetch stays 0.
+// an L2 prefetch (cp.async.bulk.prefetch.L2) 4 chunks ahead, 1.43x slower (less in flight per SM).
 template <bool kFp8>
 struct Staging {
   static constexpr int kRowBytes = kFp8 ? kDqk : 2 * kDqk;  // 576 or 1,152 bytes per cache row
@@ -222,7 +222,6 @@ struct Staging {
   static constexpr int kSlotBytes = kRowsPerChunk * kRowBytes;  // 18,432
   static constexpr uint32_t kOffSlots = kOffRaw + (kStages - 2) * kKvBytes;
   static constexpr int kChunksPerTile = kKeys / kRowsPerChunk;  // 1 or 2
-  static constexpr int kPrefetch = 0;  // chunks past the slots whose rows go to L2 ahead of their copy
   static_assert(kSlots <= kRawSlots && kStages <= kStagesTma && kKeys % kRowsPerChunk == 0 && kRowsPerChunk <= 32);
   static_assert(kOffSlots + kSlots * kSlotBytes <= kOffRaw + kRawBytes, "the staging room");
 };
@@ -300,14 +299,7 @@ __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint
       for (int u = 0; u < kColChunks; ++u) {
         uint4 v;
         if constexpr (kFp8) {
-          const uint2 w = *reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes);
-          if constexpr (kF16) {
-            v = make_uint4(fp8x2_to_f16x2(w.x & 0xffffu), fp8x2_to_f16x2(w.x >> 16), fp8x2_to_f16x2(w.y & 0xffffu),
-                           fp8x2_to_f16x2(w.y >> 16));
-          } else {
-            v = make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
-                           fp8x2_to_bf16x2(w.y >> 16));
-          }
+          v = fp8x8_dequantize<kF16>(*reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes));
         } else {
           v = *reinterpret_cast<const uint4*>(src + u * 8 * kPieceBytes);
         }
@@ -406,10 +398,6 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       for (int i = 0; i < min(St::kSlots, nchunks); ++i)
         issue_chunk<kFp8>(base, base_ptr, lookup_row<kFp8>(p, b, s, tp, i, wt), q_run + i, wt);
       if (St::kSlots < nchunks) next = lookup_row<kFp8>(p, b, s, tp, St::kSlots, wt);
-      for (int i = St::kSlots; i < min(St::kSlots + St::kPrefetch, nchunks); ++i) {
-        const StagedRow ahead = lookup_row<kFp8>(p, b, s, tp, i, wt);
-        if (ahead.status == kRowCopy) prefetch_l2(ahead.row, St::kRowBytes);
-      }
     }
     for (int i = 0; i < nchunks; ++i) {
       const uint32_t q = q_run + i, ti = ti_run + i / St::kChunksPerTile;
@@ -417,10 +405,6 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       const bool refill = wt < 32 && i + St::kSlots < nchunks;
       StagedRow after{nullptr, kRowZero};  // the chunk after `next`: in flight during this relayout
       if (wt < 32 && i + St::kSlots + 1 < nchunks) after = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots + 1, wt);
-      if (St::kPrefetch > 0 && wt < 32 && i + St::kSlots + St::kPrefetch < nchunks) {
-        const StagedRow ahead = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots + St::kPrefetch, wt);
-        if (ahead.status == kRowCopy) prefetch_l2(ahead.row, St::kRowBytes);
-      }
       if (i % St::kChunksPerTile == 0) mbar_wait(base + kBarEmpty + 8 * st, ((ti / St::kStages) & 1) ^ 1);
       mbar_wait(base + kBarRaw + 8 * slot, (q / St::kSlots) & 1);
       relayout_chunk<kFp8, kF16>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,

@@ -35,11 +35,6 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-// A hint to bring `bytes` (a multiple of 16, 16-byte aligned) of global memory into L2; no
-// completion to wait for, no shared memory used.
-__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
 // A 3-D tensor copy global -> shared through the tensor map at `map` (a __grid_constant__
 // kernel parameter), box origin (c0, c1, c2) in elements, completing as transaction bytes on
 // `bar`; the map's swizzle decides the shared-memory layout.
