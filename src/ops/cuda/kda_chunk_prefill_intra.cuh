@@ -4,22 +4,23 @@
 // the UT transform, and the chunk's Qg, Kg, Kd, Tm, Aqk and decay, written to the workspace
 // (kda_chunk_prefill_common.cuh) for the state kernel.
 //
-// Phases (the same algorithm, blocks, reference points, roundings and solve order as the version
-// that passed the matrix on an H200 at e9c5392: every stored value is formed by the same f32 /
-// tf32 operations on the same operands; only where values live and which warp forms them moved),
-// barriers between them:
-//   P1  q, k L2-normalised (q scaled by 1/sqrt(K)), g = gate(raw_g + dt_bias), beta (a warp per
-//       row, two batches of 4 rows of loads in flight);
-//   P2  Gam = cumsum(g) per key dim, and the block ends b_I = Gam at row 16 I + 15;
+// Phases (the algorithm, blocks, reference points and solve order of the version that passed
+// the matrix on an H200 at e9c5392; since then the log-decays are kept in base 2 with MUFU math
+// (gate_log2, ex2 below) and qk is plain tf32), barriers between them:
+//   P1  q, k L2-normalised (q scaled by 1/sqrt(K)), g = gate(raw_g + dt_bias) / ln 2, beta (a warp
+//       per row, two batches of 4 rows of loads in flight);
+//   P2  Gam = cumsum(g) per key dim (base 2 from here on: e^x below is ex2 of x / ln 2), and the
+//       block ends b_I = Gam at row 16 I + 15;
 //   P3a diagonal 16 x 16 blocks of kk and qk by a running product of e^(g_i) (factors <= 1), only
-//       when some key dim decays by more than kDiagMaxDrop within a block (L_II -> ld, Aqk_II ->
+//       when some key dim decays by more than e^40 within a block (L_II -> ld, Aqk_II ->
 //       the workspace); else they go to P3c;
 //   P3b factor in place: qr = q e^(Gam - b_{I-1}), kr = k e^(Gam - b_{I-1}), kc = k e^(b_I - Gam),
 //       and from the same registers store Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}),
 //       Kd = kc e^(Gam_last - b_I), e^Gam_last; the per-d vectors c_IJ = e^(b_{I-1} - b_J);
 //   P3c-1 qk blocks I > J (and I = J on the tensor-core path) = qr c_IJ kc, stored to the
 //       workspace from the accumulators; on that path also the diagonal kk blocks (-> ld);
-//       mma.sync 3xTF32 (mma_tf32.cuh), one 16 x 16 block pair per warp job (two accumulators);
+//       mma.sync (mma_tf32.cuh: 3xTF32 for kk, plain tf32 for the output-only qk), one 16 x 16
+//       block pair per warp job (two accumulators);
 //   P3c-2 kk blocks I > J = kr c_IJ kc times beta (-> a, which now overlays the dead q), and
 //       meanwhile warps 6, 7 invert the diagonal blocks of (I + L) (forward substitution, a lane
 //       per column, two blocks per warp) from ld into a;
@@ -75,14 +76,50 @@ static_assert(sizeof(IntraSmem) == 112896, "the note above states this size");
 __device__ __forceinline__ int pair_i(int p) { return p == 0 ? 1 : p < 3 ? 2 : p < 6 ? 3 : p - 6; }
 __device__ __forceinline__ int pair_j(int p) { return p == 0 ? 0 : p < 3 ? p - 1 : p < 6 ? p - 3 : p - 6; }
 
-// Diagonal blocks on tensor cores when every key dim decays by at most this much (in log) across
-// every 16-row block: their factors e^(b_{I-1} - b_I) then stay below e^40 ~ 2.4e17, so kr c kc
-// products (true value <= |k_i k_j|) are formed from finite f32 / tf32 operands far inside the
-// range (kr >= e^-40 |k|, no denormals); a stronger decay takes the running product (P3a).
-inline constexpr float kDiagMaxDrop = 40.0f;
+// This kernel keeps the log-decays in base 2 (g2 = g / ln 2, Gam2 = cumsum g2), so that every
+// factor e^(Gam_i - Gam_j) is one ex2.approx of a difference: CUDA's accurate expf (8 instructions)
+// and log1pf (~25) in the gate and the factors were ~40% of the kernel's instructions (Nsight,
+// H200, T = 4096, H = 32). ex2.approx.ftz: relative error <= 2^-22 (results below 2^-126 flush to
+// 0, where expf gave a denormal: a change of <= 1.2e-38 |k| in a product); lg2.approx.ftz:
+// absolute error <= 2^-22 near 1. The workspace holds values only (Qg, Kg, Kd, Tm, Aqk, decay),
+// never Gam, so the base is this kernel's business.
+inline constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The gate of docs/ops/kda.md in base 2, g / ln 2 (kda::gate is the same value in base e, with
+// CUDA's accurate expf / log1pf: the decode kernels are bound by memory, not by this). softplus(a)
+// / ln 2 = log2(1 + e^a), e^a = 2^(a log2e): below e^a = 1/16 the series e (1 - e/2 + e^2/3 -
+// e^3/4) log2e (relative error < e^4 / 5 < 2e-7: cancellation in 1 + e would cost lg2 its
+// relative accuracy there), else lg2(1 + e^a) (>= log2(17/16) = 0.087 with absolute error ~2^-22:
+// relative <= 3e-6), and a / ln 2 above 20 (the reference's threshold). Lower bound LB: LB log2e
+// sigmoid(x) = LB log2e / (1 + 2^(-x log2e)). Against kda::gate, |g2 ln2 - g| <= ~3e-6 |g|, which the
+// 4e-3 allowance on outputs and states absorbs many times over (docs/ops/kda.md); NaN propagates
+// (every comparison fails, lg2(NaN) = NaN), a = -inf gives -0 as the reference's 0.
+__device__ __forceinline__ float gate_log2(float a, float exp_a_log, bool has_lb, float lb) {
+  if (has_lb) return __fdividef(lb * kLog2e, 1.0f + ex2(-exp_a_log * a * kLog2e));
+  const float e = ex2(a * kLog2e);
+  const float series = kLog2e * e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
+  const float sp = a > 20.0f ? a * kLog2e : e < 0.0625f ? series : lg2(1.0f + e);
+  return -exp_a_log * sp;
+}
+
+// Diagonal blocks on tensor cores when every key dim decays by at most e^40 across every 16-row
+// block (kDiagMaxDrop2 in base 2): their factors e^(b_{I-1} - b_I) then stay below e^40 ~ 2.4e17,
+// so kr c kc products (true value <= |k_i k_j|) are formed from finite f32 / tf32 operands far
+// inside the range (kr >= e^-40 |k|, no denormals); a stronger decay takes the running product (P3a).
+inline constexpr float kDiagMaxDrop2 = 40.0f * kLog2e;
 
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
-__device__ __forceinline__ float4 exp4(float4 a) { return make_float4(expf(a.x), expf(a.y), expf(a.z), expf(a.w)); }
+__device__ __forceinline__ float4 ex2_4(float4 a) { return make_float4(ex2(a.x), ex2(a.y), ex2(a.z), ex2(a.w)); }
 __device__ __forceinline__ float4 sub4(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.w, b.w, fmaf(a.z, b.z, fmaf(a.y, b.y, fmaf(a.x, b.x, acc))));
@@ -164,7 +201,7 @@ __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t
         const float rq = kInvSqrtK / sqrtf(ss[0] + kEps), rk = 1.0f / sqrtf(ss[1] + kEps);
         float gg[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) gg[e] = kda::gate(gv[r][e] + dt[e], exp_a_log, p.has_lb, p.lb);
+        for (int e = 0; e < 4; ++e) gg[e] = gate_log2(gv[r][e] + dt[e], exp_a_log, p.has_lb, p.lb);
         q = make_float4(qv[r][0] * rq, qv[r][1] * rq, qv[r][2] * rq, qv[r][3] * rq);
         k = make_float4(kv[r][0] * rk, kv[r][1] * rk, kv[r][2] * rk, kv[r][3] * rk);
         g = make_float4(gg[0], gg[1], gg[2], gg[3]);
@@ -179,7 +216,7 @@ __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t
 }
 
 // P3a: the diagonal block I, rows [ib, ie) of it, by one warp. kp[j] = k_j e^(Gam_i - Gam_j) for
-// the current row i (a running product: one expf per (i, d)), then the 16 kk and 16 qk dots of
+// the current row i (a running product: one ex2 per (i, d)), then the 16 kk and 16 qk dots of
 // row i, reduced so that lane j < 16 holds kk[i][j] (-> ld) and lane 16 + j holds qk[i][j] (-> the
 // workspace's Aqk, 64 contiguous bytes). Only the dots kept by the masks (j < i for L, j <= i for
 // Aqk) are formed; the reduction sums each index over the lanes on its own, so the kept values are
@@ -196,7 +233,7 @@ __device__ __forceinline__ void diag_block(IntraSmem& s, float* ws, int I, int i
     const float4 ki = ld4(&s.k[base + i][d0]);
     if (i > 0) {
       const float4 gi = ld4(&s.g[base + i][d0]);
-      const float4 e = exp4(sub4(gi, gprev));  // e^(g_i) <= 1
+      const float4 e = ex2_4(sub4(gi, gprev));  // e^(g_i) <= 1
       gprev = gi;
 #pragma unroll
       for (int j = 0; j < i; ++j) kp[j] = mul4(kp[j], e);
@@ -256,8 +293,14 @@ __device__ __forceinline__ void tc_job(IntraSmem& s, float* ws, int pr, bool qk,
   float c[1][2][4] = {};
   // k-steps at run time (unrolled twice): the fully unrolled loop doubled the kernel's
   // instruction-cache stalls (no_inst 10% -> 18% of the samples on the H200) for no gain.
-  mma::warp_mma_tf32<0, 1, 2, true>(c, qk ? &s.q[kB * I][0] : &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane,
-                                     kK / 8, &s.cf[pr][0]);
+  // kk (L, on the carried state's path through Tm) in 3xTF32; qk (Aqk, output only: the state
+  // kernel multiplies it by Vn in plain tf32, truncating it to tf32 anyway) in plain tf32, a third
+  // of the mma and no operand splits.
+  if (qk) {
+    mma::warp_mma_tf32<0, 1, 2, false>(c, &s.q[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane, kK / 8, &s.cf[pr][0]);
+  } else {
+    mma::warp_mma_tf32<0, 1, 2, true>(c, &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane, kK / 8, &s.cf[pr][0]);
+  }
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int nt = 0; nt < 2; ++nt) {
@@ -305,8 +348,8 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
     load_rows<T, false>(p, s, row0, C, h, warp, lane, dt, exp_a_log);
   }
   __syncthreads();
-  // ---- P2: Gam = cumsum(g) over the chunk, per key dim; b_I; whether every block's decay is
-  // within kDiagMaxDrop (g <= 0, so Gam only falls: a block's largest drop is b_{I-1} - b_I).
+  // ---- P2: Gam = cumsum(g) over the chunk, per key dim (base 2, as g); b_I; whether every block's decay is
+  // within e^40 (g <= 0, so Gam only falls: a block's largest drop is b_{I-1} - b_I).
   bool steep = false;
   if (tid < kK) {
     float run = 0.0f, prev = 0.0f;
@@ -316,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
       s.g[i][tid] = run;
       if (i % kB == kB - 1) {
         s.bend[i / kB][tid] = run;
-        steep = steep || !(prev - run <= kDiagMaxDrop);  // NaN counts as steep
+        steep = steep || !(prev - run <= kDiagMaxDrop2);  // NaN counts as steep
         prev = run;
       }
     }
@@ -339,14 +382,14 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
 #pragma unroll
     for (int I = 0; I < 4; ++I) {
       const float4 ref = I > 0 ? ld4(&s.bend[I - 1][d]) : zero, bI = ld4(&s.bend[I][d]);
-      const float4 eb = I > 0 ? exp4(ref) : make_float4(1.f, 1.f, 1.f, 1.f);  // e^(b_{I-1})
-      const float4 ed = exp4(sub4(blast, bI));                                // e^(Gam_last - b_I)
+      const float4 eb = I > 0 ? ex2_4(ref) : make_float4(1.f, 1.f, 1.f, 1.f);  // e^(b_{I-1})
+      const float4 ed = ex2_4(sub4(blast, bI));                                // e^(Gam_last - b_I)
 #pragma unroll
       for (int u = 0; u < 2; ++u) {
         const int i = kB * I + warp + 8 * u;
         const float4 gam = ld4(&s.g[i][d]);
-        const float4 rf = exp4(sub4(gam, ref));  // e^(Gam_i - b_{I-1}) <= 1
-        const float4 cf = exp4(sub4(bI, gam));   // e^(b_I - Gam_i) <= 1
+        const float4 rf = ex2_4(sub4(gam, ref));  // e^(Gam_i - b_{I-1}) <= 1
+        const float4 cf = ex2_4(sub4(bI, gam));   // e^(b_I - Gam_i) <= 1
         const float4 kv = ld4(&s.k[i][d]);
         const float4 qr = mul4(ld4(&s.q[i][d]), rf), kr = mul4(kv, rf), kc = mul4(kv, cf);
         st4(&s.q[i][d], qr);
@@ -357,15 +400,15 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
         st4(ws + kWsKd + i * kK + d, mul4(kc, ed));
       }
     }
-    if (warp == 0) st4(ws + kWsDec + d, exp4(blast));
+    if (warp == 0) st4(ws + kWsDec + d, ex2_4(blast));
   }
   for (int x = tid; x < 10 * kK; x += kThreads) {
     const int r = x / kK, d = x % kK;
     if (r < 6) {
-      s.cf[r][d] = expf(s.bend[pair_i(r) - 1][d] - s.bend[pair_j(r)][d]);
-    } else {  // diagonal pairs: e^(b_{I-1} - b_I) >= 1, <= e^kDiagMaxDrop where used
+      s.cf[r][d] = ex2(s.bend[pair_i(r) - 1][d] - s.bend[pair_j(r)][d]);
+    } else {  // diagonal pairs: e^(b_{I-1} - b_I) >= 1, <= e^40 where used
       const int I = r - 6;
-      s.cf[r][d] = expf(fminf((I > 0 ? s.bend[I - 1][d] : 0.0f) - s.bend[I][d], kDiagMaxDrop));
+      s.cf[r][d] = ex2(fminf((I > 0 ? s.bend[I - 1][d] : 0.0f) - s.bend[I][d], kDiagMaxDrop2));
     }
   }
   __syncthreads();
