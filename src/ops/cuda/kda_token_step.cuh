@@ -225,6 +225,11 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
   float dt[kPerLane];
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) dt[i] = p.dt_bias[(static_cast<int64_t>(h) * kK + lane * kPerLane + i) * p.dt_s0];
+  // The first token of the first batch is loaded while the state rows are in flight (it does not
+  // depend on them): loaded after the wait, its latency came on top of theirs, a third global
+  // round trip (slot index -> state -> token) on the path of a small batch. The registers are
+  // the same either way (the state waits in shared memory, and cur is live with s[] below).
+  const TokenRaw first = load_token<T>(p, n * steps, h, lane, v0);
   cp_async_wait_all();
 #pragma unroll 1
   for (int b0 = 0; b0 < kRows && v0 + b0 < p.V; b0 += kBatch) {
@@ -235,7 +240,7 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
       s[j] = vb + j < p.V ? load4(mine + (b0 + j) * kK) : make_float4(0.f, 0.f, 0.f, 0.f);
-    TokenRaw cur = load_token<T>(p, n * steps, h, lane, vb);
+    TokenRaw cur = b0 == 0 ? first : load_token<T>(p, n * steps, h, lane, vb);
 #pragma unroll 1
     for (int t = 0; t < steps; ++t) {
       const int64_t row = n * steps + t;
