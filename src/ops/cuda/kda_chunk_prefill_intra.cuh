@@ -24,7 +24,8 @@
 //   P3c-2 kk blocks I > J = kr c_IJ kc times beta (-> a, which now overlays the dead q), and
 //       meanwhile warps 6, 7 invert the diagonal blocks of (I + L) (forward substitution, a lane
 //       per column, two blocks per warp) from ld into a;
-//   P4  off-diagonal blocks of X = (I + L)^-1: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ;
+//   P4  off-diagonal blocks of X = (I + L)^-1: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ (3xTF32
+//       tensor-core block products, warp J for block (I, J));
 //   P5  store Tm = X diag(beta) (its lower 16 x 16 block triangle, float4, coalesced).
 // Every exponential is of a difference Gam_i - Gam_j with i >= j, so every factor is <= 1, except
 // the diagonal c_II, used only while it is <= e^40 (all products stay finite and normal).
@@ -321,6 +322,37 @@ __device__ __forceinline__ void tc_job(IntraSmem& s, float* ws, int pr, bool qk,
   }
 }
 
+// P4's block product, by one warp: c (16 x 16, as two 16 x 8 tiles) += A B in 3xTF32 (~f32: X
+// feeds Tm, on the state's path), A = 16 x 16 row-major at a (row stride kLdC: ldmatrix), B =
+// 16 x 16 row-major at b (row stride ldb), read element by element into the m16n8k8 B fragment
+// (b0 = (k t, n g), b1 = (k t + 4, n g)) and split there.
+__device__ __forceinline__ void block16_product(float (&c)[1][2][4], const float* a, const float* b, int ldb, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  mma::Acc<1, 2, true> acc{c};
+#pragma unroll
+  for (int ks = 0; ks < kB / 8; ++ks) {
+    uint32_t ab[1][4], as[1][4], bb[2][2], bs[2][2];
+    mma::load_a<1, true>(ab, as, a, kLdC, 1, 8 * ks, g, t, nullptr);
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      mma::split_tf32<true>(b[(8 * ks + t) * ldb + 8 * nt + g], bb[nt][0], bs[nt][0]);
+      mma::split_tf32<true>(b[(8 * ks + t + 4) * ldb + 8 * nt + g], bb[nt][1], bs[nt][1]);
+    }
+    acc.step(ab, as, bb, bs);
+  }
+  acc.finish();
+}
+
+// The C fragments of a block product, times `sign`, to a 16 x 16 row-major block at dst (row
+// stride ld): c[0][nt][e] is row g + 8 (e / 2), column 8 nt + 2 t + e % 2.
+__device__ __forceinline__ void store_block16(float* dst, int ld, const float (&c)[1][2][4], float sign, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dst[(g + 8 * (e / 2)) * ld + 8 * nt + 2 * t + e % 2] = sign * c[0][nt][e];
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(const Params p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -445,27 +477,25 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
     for (int i = 0; i < kB; ++i) s.sv.a[base + i][base + j] = x[i];
   }
   __syncthreads();
-  // ---- P4: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ, block row by block row (the sum in the order
-  // m = 16 J .. 16 I - 1, unrolled per block M so that the shared loads pipeline).
+  // ---- P4: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ, block row by block row; the I jobs (I, J)
+  // of a row on warps J, two 3xTF32 tensor-core products each (block16_product), the sum through
+  // the scratch r[J]. The barrier between the two: job J' < J still reads L_IJ, which job J
+  // overwrites with X_IJ. (As 16 x 16 SIMT dot products over all 256 threads, this phase was
+  // ~20% of the kernel's instructions on the H200.)
 #pragma unroll 1
   for (int I = 1; I < 4; ++I) {
-    for (int x = tid; x < I * kB * kB; x += kThreads) {
-      const int J = x / (kB * kB), r = x / kB % kB, c = x % kB;
-      float acc = 0.0f;
-#pragma unroll 1
-      for (int M = J; M < I; ++M) {
-#pragma unroll
-        for (int mm = 0; mm < kB; ++mm) acc = fmaf(s.sv.a[I * kB + r][M * kB + mm], s.sv.a[M * kB + mm][J * kB + c], acc);
-      }
-      s.sv.r[J][r][c] = acc;
+    if (warp < I) {
+      const int J = warp;
+      float t[1][2][4] = {};
+      for (int M = J; M < I; ++M) block16_product(t, &s.sv.a[kB * I][kB * M], &s.sv.a[kB * M][kB * J], kLdC, lane);
+      store_block16(&s.sv.r[J][0][0], kB, t, 1.0f, lane);
     }
     __syncthreads();
-    for (int x = tid; x < I * kB * kB; x += kThreads) {
-      const int J = x / (kB * kB), r = x / kB % kB, c = x % kB;
-      float acc = 0.0f;
-#pragma unroll
-      for (int m = 0; m < kB; ++m) acc = fmaf(s.sv.a[I * kB + r][I * kB + m], s.sv.r[J][m][c], acc);
-      s.sv.a[I * kB + r][J * kB + c] = -acc;
+    if (warp < I) {
+      const int J = warp;
+      float x[1][2][4] = {};
+      block16_product(x, &s.sv.a[kB * I][kB * I], &s.sv.r[J][0][0], kB, lane);
+      store_block16(&s.sv.a[kB * I][kB * J], kLdC, x, -1.0f, lane);
     }
     __syncthreads();
   }
