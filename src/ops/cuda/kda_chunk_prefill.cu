@@ -10,7 +10,7 @@
 // in the intra kernel; each step verified and timed on the H200, docs/perf.md): state 353 us,
 // intra 295 us, the whole op 0.66 ms at T = 4096, H = 32 (1.5x fla), 10.2 ms at 64k (0.8x fla).
 // Since then the intra kernel's MUFU math (3602b4e) and its P4 on tensor cores: intra ~245 us,
-// the op 0.60 ms at T = 4096, H = 32 (1.66x fla in one job), 9.5 ms at 64k (0.88x fla).
+// the op 0.60 ms at T = 4096, H = 32 (at 75ea844 1.66x fla in one job), 9.5 ms at 64k (0.88x).
 //
 // v2: two kernels. (v1, one f32 SIMT CTA per (sequence, head, 32 value columns) walking every
 // chunk and redoing the state-independent work per tile, ran 2.63 ms at T = 4096, H = 32.)
