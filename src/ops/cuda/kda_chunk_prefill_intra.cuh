@@ -102,9 +102,9 @@ __device__ __forceinline__ float lg2(float x) {
 // e^3/4) log2e (relative error < e^4 / 5 < 2e-7: cancellation in 1 + e would cost lg2 its
 // relative accuracy there), else lg2(1 + e^a) (>= log2(17/16) = 0.087 with absolute error ~2^-22:
 // relative <= 3e-6), and a / ln 2 above 20 (the reference's threshold). Lower bound LB: LB log2e
-// sigmoid(x) = LB log2e / (1 + 2^(-x log2e)). Against kda::gate, |g2 ln2 - g| <= ~3e-6 |g|, which the
-// 4e-3 allowance on outputs and states absorbs many times over (docs/ops/kda.md); NaN propagates
-// (every comparison fails, lg2(NaN) = NaN), a = -inf gives -0 as the reference's 0.
+// sigmoid(x) = LB log2e / (1 + 2^(-x log2e)). Against kda::gate, |g2 ln2 - g| <= ~3e-6 |g|,
+// which the 4e-3 allowance on outputs and states absorbs many times over (docs/ops/kda.md); NaN
+// propagates (every comparison fails, lg2(NaN) = NaN), a = -inf gives -0 as the reference's 0.
 __device__ __forceinline__ float gate_log2(float a, float exp_a_log, bool has_lb, float lb) {
   if (has_lb) return __fdividef(lb * kLog2e, 1.0f + ex2(-exp_a_log * a * kLog2e));
   const float e = ex2(a * kLog2e);
@@ -380,8 +380,9 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
     load_rows<T, false>(p, s, row0, C, h, warp, lane, dt, exp_a_log);
   }
   __syncthreads();
-  // ---- P2: Gam = cumsum(g) over the chunk, per key dim (base 2, as g); b_I; whether every block's decay is
-  // within e^40 (g <= 0, so Gam only falls: a block's largest drop is b_{I-1} - b_I).
+  // ---- P2: Gam = cumsum(g) over the chunk, per key dim (base 2, as g); b_I; whether every
+  // block's decay is within e^40 (g <= 0, so Gam only falls: a block's largest drop is
+  // b_{I-1} - b_I).
   bool steep = false;
   if (tid < kK) {
     float run = 0.0f, prev = 0.0f;
