@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""How precise must kda_chunk_prefill's serial-step products be? A host emulation (numpy) of the
+chunked KDA algorithm (the CUDA kernels' form: Y = V - Kg S, Vn = Tm Y, O = Qg S + Aqk Vn,
+S = diag(e^Gam_last) S + Kd^T Vn; the intra-chunk part in f64, the products in f32 with their
+operands rounded as each variant says) against the f64 token recurrence, on the op matrix's
+generators (docs/ops/kda.md) and on weak decays (raw_g in [-12, -6]: channels that remember).
+
+  python3 tools/kda_product_precision.py [T] [seed]      (T a multiple of 64; ~1 min at 4096)
+
+Variants: f32 products; every operand rounded to bf16 (fla's serial step: bf16 operands, f32
+accumulation); only the output products (Qg S, Aqk Vn) in bf16; the state's path (Kg S, Tm Y,
+Kd^T Vn) as 3xBF16 (a = hi + lo in bf16, a b ~ hi hi + hi lo + lo hi) with bf16 output products.
+Measured (docs/ops/kda.md, "Beside fla's chunk_kda") at T = 4096: all-bf16 states err up to
+6.4e-3 on weak decays (over the 4e-3 allowance), the 3xBF16 state path 1.4e-5 with outputs at
+4.4e-4 (bf16 output products).
+"""
+import numpy as np, sys
+rng = np.random.default_rng(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+K = V = 128; C = 64
+T = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
+
+def bf16(x):
+    x = np.asarray(x, np.float32)
+    b = x.view(np.uint32).astype(np.uint64)
+    r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32)
+
+def inputs(weak):
+    q = rng.uniform(-1, 1, (T, K)); k = rng.uniform(-1, 1, (T, K)); v = rng.uniform(-1, 1, (T, V))
+    q = q / np.sqrt((q * q).sum(1, keepdims=True) + 1e-6) / np.sqrt(K)
+    k = k / np.sqrt((k * k).sum(1, keepdims=True) + 1e-6)
+    A_log = rng.uniform(-1, 1); dt = rng.uniform(-1, 1, K)
+    raw_g = rng.uniform(-4, 2, (T, K)) if not weak else rng.uniform(-12, -6, (T, K))
+    a = raw_g + dt
+    g = -np.exp(A_log) * np.where(a > 20, a, np.log1p(np.exp(a)))
+    beta = 1 / (1 + np.exp(-rng.uniform(-3, 3, T)))
+    S0 = rng.uniform(-0.5, 0.5, (K, V))
+    return q, k, v, g, beta, S0
+
+def split3(a, b):
+    ah = bf16(a); al = bf16(np.asarray(a, np.float32) - ah)
+    bh = bf16(b); bl = bf16(np.asarray(b, np.float32) - bh)
+    return ah @ bh + (ah @ bl + al @ bh)
+
+def token_ref(q, k, v, g, beta, S0):
+    S = S0.copy(); o = np.zeros((T, V))
+    for t in range(T):
+        S = np.exp(g[t])[:, None] * S
+        u = beta[t] * (v[t] - k[t] @ S)
+        S = S + np.outer(k[t], u)
+        o[t] = q[t] @ S
+    return o, S
+
+def chunked(q, k, v, g, beta, S0, rnd, rnd_out=None, mm=None):
+    rnd_out = rnd_out or rnd
+    mm = mm or (lambda a, b: rnd(a) @ rnd(b))
+    # rnd: operand rounding applied to both operands of every product (identity = f32)
+    f = np.float32
+    S = S0.astype(f); o = np.zeros((T, V), f)
+    for c0 in range(0, T, C):
+        sl = slice(c0, c0 + C)
+        qc, kc, vc, gc, bc = q[sl], k[sl], v[sl], g[sl], beta[sl]
+        Gam = np.cumsum(gc, 0)                     # f64 for the intra part (its own precision is not the question)
+        Qg = (qc * np.exp(Gam)).astype(f); Kg = (kc * np.exp(Gam)).astype(f)
+        Kd = (kc * np.exp(Gam[-1] - Gam)).astype(f)
+        n = len(qc)
+        D = Gam[:, None, :] - Gam[None, :, :]      # [i, j, d] = Gam_i - Gam_j
+        mask = np.tril(np.ones((n, n)), -1)
+        E = np.exp(np.minimum(D, 0.0))
+        kk = np.einsum('id,jd,ijd->ij', kc, kc, E) * mask
+        L = bc[:, None] * kk
+        Tm = (np.linalg.inv(np.eye(n) + L) * bc[None, :]).astype(f)
+        Aqk = (np.einsum('id,jd,ijd->ij', qc, kc, E) * np.tril(np.ones((n, n)))).astype(f)
+        Y = vc.astype(f) - mm(Kg, S)
+        Vn = mm(Tm, Y)
+        o[sl] = rnd_out(Qg) @ rnd_out(S) + rnd_out(Aqk) @ rnd_out(Vn)
+        S = np.exp(Gam[-1]).astype(f)[:, None] * S + mm(Kd.T, Vn)
+    return o, S
+
+for weak in (False, True):
+    q, k, v, g, beta, S0 = inputs(weak)
+    o_ref, S_ref = token_ref(q, k, v, g, beta, S0)
+    ident = lambda x: x
+    for name, rnd, ro, mm in (("f32 products", ident, ident, None), ("bf16 operands", bf16, bf16, None),
+                              ("bf16 output products only", ident, bf16, None),
+                              ("3xBF16 state path, bf16 output products", ident, bf16, split3)):
+        o, S = chunked(q, k, v, g, beta, S0, rnd, ro, mm)
+        print(f"T={T} {'weak' if weak else 'matrix'} decay, {name}: out max|err| {np.abs(o - o_ref).max():.2e} "
+              f"(max|o| {np.abs(o_ref).max():.2f}), state max|err| {np.abs(S - S_ref).max():.2e} (max|S| {np.abs(S_ref).max():.2f})")
