@@ -20,25 +20,17 @@
 
 namespace kestrel::ops::cuda::tf32 {
 
-KESTREL_TF32_HD uint32_t bits_of(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-#endif
+// The bits of one 4-byte value as another type (memcpy: defined on host and device, and
+// compiled to a register move).
+template <typename To, typename From>
+KESTREL_TF32_HD To bit_copy(From x) {
+  static_assert(sizeof(To) == sizeof(From), "same size");
+  To y;
+  std::memcpy(&y, &x, sizeof y);
+  return y;
 }
-
-KESTREL_TF32_HD float float_of(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-#endif
-}
+KESTREL_TF32_HD uint32_t bits_of(float x) { return bit_copy<uint32_t>(x); }
+KESTREL_TF32_HD float float_of(uint32_t u) { return bit_copy<float>(u); }
 
 inline constexpr uint32_t kHalfUlp = 0x1000u;     // half of bit 13, the last tf32 mantissa bit
 inline constexpr uint32_t kKeepMask = 0xffffe000u;  // sign, exponent and 10 mantissa bits
