@@ -244,7 +244,7 @@ TEST_P(Kda, ChunkPrefillWindowsAreBitIdentical) {
   // A workspace bound that forces windows of 1, 2 and 4 chunk slots (of 9) changes nothing: each
   // chunk's work is the same and the state crosses a window boundary through the pool exactly.
   // (The CPU reference ignores the bound: one launch count, the same bytes.)
-  const int64_t per_slot = 2 * 32896 * 4;  // H = 2 heads x 131,584 bytes
+  const int64_t per_slot = 2 * ops::kKdaChunkWorkspaceBytesPerSlotHead;  // H = 2 heads
   for (const std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
     const ChunkPrefillBytes whole = run_chunk_prefill(GetParam(), lb, 0, 1);
     for (const int64_t w : {1, 2, 4}) {

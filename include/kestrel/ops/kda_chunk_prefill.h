@@ -33,6 +33,10 @@ struct KdaChunkPrefillArgs {
   int64_t max_workspace_bytes = 0;
 };
 
+// CUDA: the chunk workspace takes this many bytes per (chunk slot, head); a call's chunk slots
+// are N + floor(T / 64). (The unit of max_workspace_bytes; the kernels static_assert it.)
+inline constexpr int64_t kKdaChunkWorkspaceBytesPerSlotHead = 107008;
+
 void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a);
 Support kda_chunk_prefill_supports(Backend b, const KdaChunkPrefillArgs& a);
 void kda_chunk_prefill(Backend b, const KdaChunkPrefillArgs& a, Stream stream = nullptr);

@@ -83,10 +83,10 @@ void launch(Params p, int64_t max_workspace_bytes, cudaStream_t stream) {
   // Windows of chunk slots whose workspace fits the bound: each runs both kernels on its chunks
   // (the state kernel resumes every sequence from its slot), so the scratch stays bounded
   // however long the batch. One window at least, so that empty sequences store their states.
-  const int64_t per_slot = static_cast<int64_t>(p.H) * kWsFloats * static_cast<int64_t>(sizeof(float));
+  const int64_t per_slot = static_cast<int64_t>(p.H) * kWsBytes;
   const int64_t fit = max_workspace_bytes / per_slot;
   const int64_t window = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(p.chunk_slots, 1), fit));
-  p.ws = static_cast<float*>(scratch_alloc(static_cast<size_t>(window * per_slot), stream));
+  p.ws = static_cast<unsigned char*>(scratch_alloc(static_cast<size_t>(window * per_slot), stream));
   const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
   for (int64_t lo = 0; lo == 0 || lo < p.chunk_slots; lo += window) {
     p.slot_lo = lo;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kda_common.cuh"
+#include "kestrel/ops/kda_chunk_prefill.h"
 
 namespace kestrel::ops::cuda::kda_chunk {
 
@@ -20,30 +21,36 @@ inline constexpr int kLdK = kK + 4;   // padded shared row of 128 floats (bank c
 inline constexpr int kLdC = kC + 4;   // padded shared row of 64 floats
 static_assert(kC == 4 * kB && kThreads == 256 && kTileV == 32, "the thread maps assume these sizes");
 
-// Workspace of one (chunk slot, head), f32, every part contiguous and 16-byte aligned:
-//   qg  [64][128]  Qg = q_hat e^Gam               (O = Qg S)
-//   kg  [64][128]  Kg = k_hat e^Gam               (Vn = Tm (V - Kg S))
-//   kd  [64][128]  Kd = k_hat e^(Gam_last - Gam)  (S += Kd^T Vn)
-//   tm  [64][64]   Tm = (I + L)^-1 diag(beta), lower triangular
-//   aqk [64][64]   Aqk, lower triangular incl. the diagonal
+// Workspace of one (chunk slot, head), in bytes, every part contiguous and 16-byte aligned. The
+// state kernel multiplies on bf16 tensor cores (mma_bf16.cuh): operands on the carried state's
+// path are stored split, x ~ hi + lo (3xBF16, ~2^-16 relative), the output-only ones as hi only:
+//   qg     [64][128] bf16 hi       Qg = q_hat e^Gam               (O = Qg S)
+//   kg     [64][128] bf16 hi, lo   Kg = k_hat e^Gam               (Vn = Tm (V - Kg S))
+//   kd     [64][128] bf16 hi, lo   Kd = k_hat e^(Gam_last - Gam)  (S += Kd^T Vn)
+//   tm     [64][64]  bf16 hi, lo   Tm = (I + L)^-1 diag(beta), lower triangular
+//   aqk    [64][64]  bf16 hi       Aqk, lower triangular incl. the diagonal
 //   (tm and aqk hold their 16 x 16 blocks I >= J only; the blocks above, zero in value, are
 //   neither written nor read)
-//   dec [128]      e^Gam_last (the state's decay over the chunk)
+//   dec    [128]     f32           e^Gam_last (the state's decay over the chunk)
 // Padded rows (C <= r < 64) are 0 in qg, kg, kd, and their rows and columns in tm are 0.
-inline constexpr int kWsQg = 0;
-inline constexpr int kWsKg = kWsQg + kC * kK;
-inline constexpr int kWsKd = kWsKg + kC * kK;
-inline constexpr int kWsTm = kWsKd + kC * kK;
-inline constexpr int kWsAqk = kWsTm + kC * kC;
-inline constexpr int kWsDec = kWsAqk + kC * kC;
-inline constexpr int kWsFloats = kWsDec + kK;  // 32,896 floats = 131,584 bytes
-static_assert(kWsFloats % 4 == 0, "16-byte aligned per (slot, head)");
+inline constexpr int64_t kWsQg = 0;
+inline constexpr int64_t kWsKgHi = kWsQg + kC * kK * 2;
+inline constexpr int64_t kWsKgLo = kWsKgHi + kC * kK * 2;
+inline constexpr int64_t kWsKdHi = kWsKgLo + kC * kK * 2;
+inline constexpr int64_t kWsKdLo = kWsKdHi + kC * kK * 2;
+inline constexpr int64_t kWsTmHi = kWsKdLo + kC * kK * 2;
+inline constexpr int64_t kWsTmLo = kWsTmHi + kC * kC * 2;
+inline constexpr int64_t kWsAqk = kWsTmLo + kC * kC * 2;
+inline constexpr int64_t kWsDec = kWsAqk + kC * kC * 2;
+inline constexpr int64_t kWsBytes = kWsDec + kK * 4;  // 107,008 bytes
+static_assert(kWsBytes == kKdaChunkWorkspaceBytesPerSlotHead && kWsBytes % 16 == 0,
+              "the size the header states; 16-byte aligned per (slot, head)");
 
 struct Params {
   void* out;                 // [T, H, V] bf16 | f32 (dtype of qkv), any strides
   float* pool;               // [slots, H, V, K] f32, slots 16-byte aligned
   float* ckpt;               // [P, H, V, K] f32 or nullptr
-  float* ws;                 // [chunk slots, H, kWsFloats] f32 (the layout above)
+  unsigned char* ws;         // [chunk slots, H, kWsBytes] (the layout above)
   const void* qkv;           // [T, >= 2HK + HV], channel stride 1
   const void* raw_g;         // [T, H, K] bf16 | f32
   const void* raw_beta;      // [T, H] bf16 | f32
@@ -73,8 +80,8 @@ __device__ __forceinline__ int64_t chunk_slot_base(const Params& p, int64_t n) {
 }
 
 // The workspace of chunk slot `chunk_slot` (inside the launch's window) and head h.
-__device__ __forceinline__ float* ws_at(const Params& p, int64_t chunk_slot, int h) {
-  return p.ws + ((chunk_slot - p.slot_lo) * p.H + h) * static_cast<int64_t>(kWsFloats);
+__device__ __forceinline__ unsigned char* ws_at(const Params& p, int64_t chunk_slot, int h) {
+  return p.ws + ((chunk_slot - p.slot_lo) * p.H + h) * kWsBytes;
 }
 
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }

@@ -30,7 +30,6 @@ constexpr int64_t kSpare = 8;  // spare columns after q | k | v in every mixed_q
 constexpr double kDecodeOutAtol = 2e-6;    // per output element, token-step ops
 constexpr double kStateAtolPerToken = 4e-6;  // per state element and token step
 constexpr double kChunkAtol = 4e-3;        // kda_chunk_prefill outputs, states, checkpoints
-constexpr int64_t kChunkWorkspaceBytes = 131584;  // CUDA workspace per (chunk slot, head): kda_chunk_prefill.cu
 constexpr double kConvAtol = 2e-6;         // conv outputs (inputs in [-1, 1], 4 taps)
 
 std::string gate_name(std::optional<float> lb) { return lb ? "lb5" : "softplus"; }
@@ -394,7 +393,7 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
             a.cu_seqlens = v[8];
             a.state_indices = v[9].select(1, 0);
             a.has_initial_state = v[10];
-            a.max_workspace_bytes = win * H * kChunkWorkspaceBytes;
+            a.max_workspace_bytes = win * H * ops::kKdaChunkWorkspaceBytesPerSlotHead;
             return a;
           };
           c.supports = [make](ops::Backend b, const std::vector<TensorView>& v) {
