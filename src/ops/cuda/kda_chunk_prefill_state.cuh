@@ -211,8 +211,12 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
   publish_state();
   if (beg < end) issue_qk(s, ws_at(p, ws0 + c_begin, h), tid);
 
-  const int mb = warp % 4;  // the warp's 16-row block of the chunk in P5, P6, P7-out
-  const int ch = warp / 4;  // and its 16 value columns 16 ch .. 16 ch + 15 of the tile
+  // The warp's 16-row block of the chunk in P5, P6, P7-out, and its 16 value columns 16 ch ..
+  // 16 ch + 15 of the tile. Block mb costs mb + 1 k-steps in P6 and P7-out (Tm, Aqk lower
+  // triangular); warps w and w + 4 share a scheduler, so they take blocks mb and 3 - mb: every
+  // scheduler then issues 5 k-steps there (with mb = w % 4, one issued 8 and another 2).
+  const int mb = warp < 4 ? warp : 7 - warp;
+  const int ch = warp / 4;
   auto row_of = [&](int c) { return 16 * mb + g + 8 * (c / 2); };
   auto col_of = [&](int nt, int c) { return 16 * ch + 8 * nt + 2 * t + c % 2; };
   // This thread's v elements of the current chunk at its P5 C positions, kept as loaded (widened
