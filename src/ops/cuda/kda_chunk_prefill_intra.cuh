@@ -106,12 +106,17 @@ __device__ __forceinline__ float lg2(float x) {
 // sigmoid(x) = LB log2e / (1 + 2^(-x log2e)). Against kda::gate, |g2 ln2 - g| <= ~3e-6 |g|,
 // which the 4e-3 allowance on outputs and states absorbs many times over (docs/ops/kda.md); NaN
 // propagates (every comparison fails, lg2(NaN) = NaN), a = -inf gives -0 as the reference's 0.
-__device__ __forceinline__ float gate_log2(float a, float exp_a_log, bool has_lb, float lb) {
-  if (has_lb) return __fdividef(lb * kLog2e, 1.0f + ex2(-exp_a_log * a * kLog2e));
+// Every branch's value is formed and one selected (no branch: written as nested conditionals,
+// the three cases cost three divergence regions per element, 1/5 of P1's instructions).
+__device__ __forceinline__ float gate_log2_softplus(float a, float exp_a_log) {
   const float e = ex2(a * kLog2e);
   const float series = kLog2e * e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
-  const float sp = a > 20.0f ? a * kLog2e : e < 0.0625f ? series : lg2(1.0f + e);
-  return -exp_a_log * sp;
+  const float log_1pe = lg2(1.0f + e);
+  const float small_or_mid = e < 0.0625f ? series : log_1pe;
+  return -exp_a_log * (a > 20.0f ? a * kLog2e : small_or_mid);
+}
+__device__ __forceinline__ float gate_log2_lb(float a, float exp_a_log, float lb) {
+  return __fdividef(lb * kLog2e, 1.0f + ex2(-exp_a_log * a * kLog2e));
 }
 
 // Diagonal blocks on tensor cores when every key dim decays by at most e^40 across every 16-row
@@ -176,52 +181,57 @@ __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t
     float qv[kBatch][4], kv[kBatch][4], gv[kBatch][4], bv[kBatch];
 #pragma unroll
     for (int r = 0; r < kBatch; ++r) {
+      // Rows past the chunk's end (i >= C, only in a sequence's last chunk) load its last row,
+      // valid memory, and are zeroed below: no branch around the loads.
       const int i = warp + 8 * (r0 + r);
-      const int64_t row = row0 + i;
-      const bool live = i < C;  // warp-uniform
+      const int64_t row = row0 + (i < C ? i : C - 1);
       const T* x = static_cast<const T*>(p.qkv) + row * p.qkv_s0 + static_cast<int64_t>(h) * kK + d0;
       if constexpr (kVec) {
-        const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
         const int64_t go = row * p.g_s0 + h * p.g_s1 + d0;
-        const float4 q4 = live ? load4(x) : zero, k4 = live ? load4(x + HK) : zero;
-        const float4 g4 = !live ? zero
-                          : p.g_bf16 ? load4(static_cast<const __nv_bfloat16*>(p.raw_g) + go)
-                                     : load4(static_cast<const float*>(p.raw_g) + go);
+        const float4 q4 = load4(x), k4 = load4(x + HK);
+        const float4 g4 = p.g_bf16 ? load4(static_cast<const __nv_bfloat16*>(p.raw_g) + go)
+                                   : load4(static_cast<const float*>(p.raw_g) + go);
         qv[r][0] = q4.x; qv[r][1] = q4.y; qv[r][2] = q4.z; qv[r][3] = q4.w;
         kv[r][0] = k4.x; kv[r][1] = k4.y; kv[r][2] = k4.z; kv[r][3] = k4.w;
         gv[r][0] = g4.x; gv[r][1] = g4.y; gv[r][2] = g4.z; gv[r][3] = g4.w;
       } else {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          qv[r][e] = live ? to_f32(x[e]) : 0.0f;
-          kv[r][e] = live ? to_f32(x[HK + e]) : 0.0f;
-          gv[r][e] = live ? load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2) : 0.0f;
+          qv[r][e] = to_f32(x[e]);
+          kv[r][e] = to_f32(x[HK + e]);
+          gv[r][e] = load_real(p.raw_g, p.g_bf16, row * p.g_s0 + h * p.g_s1 + (d0 + e) * p.g_s2);
         }
       }
-      bv[r] = live ? load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1) : 0.0f;
+      bv[r] = load_real(p.raw_beta, p.beta_bf16, row * p.beta_s0 + h * p.beta_s1);
     }
 #pragma unroll
     for (int r = 0; r < kBatch; ++r) {
       const int i = warp + 8 * (r0 + r);
-      float4 q = make_float4(0.f, 0.f, 0.f, 0.f), k = q, g = q;
-      float beta = 0.0f;
-      if (i < C) {  // warp-uniform
-        float ss[2] = {0.0f, 0.0f};
+      // Every row is computed (rows past the chunk's end from a copy of its last row) and the
+      // dead ones zeroed by selects: no divergence region per row. The norms and beta take the
+      // MUFU forms (rsqrt, ex2, fast divide: ~2^-22 relative, far inside the 4e-3 allowance).
+      float ss[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          ss[0] = fmaf(qv[r][e], qv[r][e], ss[0]);
-          ss[1] = fmaf(kv[r][e], kv[r][e], ss[1]);
-        }
-        kda::warp_sum_n<2>(ss);
-        const float rq = kInvSqrtK / sqrtf(ss[0] + kEps), rk = 1.0f / sqrtf(ss[1] + kEps);
-        float gg[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) gg[e] = gate_log2(gv[r][e] + dt[e], exp_a_log, p.has_lb, p.lb);
-        q = make_float4(qv[r][0] * rq, qv[r][1] * rq, qv[r][2] * rq, qv[r][3] * rq);
-        k = make_float4(kv[r][0] * rk, kv[r][1] * rk, kv[r][2] * rk, kv[r][3] * rk);
-        g = make_float4(gg[0], gg[1], gg[2], gg[3]);
-        beta = kda::sigmoid(bv[r]);
+      for (int e = 0; e < 4; ++e) {
+        ss[0] = fmaf(qv[r][e], qv[r][e], ss[0]);
+        ss[1] = fmaf(kv[r][e], kv[r][e], ss[1]);
       }
+      kda::warp_sum_n<2>(ss);
+      const bool live = i < C;  // warp-uniform
+      const float rq = kInvSqrtK * rsqrtf(ss[0] + kEps), rk = rsqrtf(ss[1] + kEps);
+      float gg[4];
+      if (p.has_lb) {  // one uniform branch per row, not per element
+#pragma unroll
+        for (int e = 0; e < 4; ++e) gg[e] = gate_log2_lb(gv[r][e] + dt[e], exp_a_log, p.lb);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) gg[e] = gate_log2_softplus(gv[r][e] + dt[e], exp_a_log);
+      }
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 q = live ? make_float4(qv[r][0] * rq, qv[r][1] * rq, qv[r][2] * rq, qv[r][3] * rq) : zero;
+      const float4 k = live ? make_float4(kv[r][0] * rk, kv[r][1] * rk, kv[r][2] * rk, kv[r][3] * rk) : zero;
+      const float4 g = live ? make_float4(gg[0], gg[1], gg[2], gg[3]) : zero;
+      const float beta = live ? __fdividef(1.0f, 1.0f + ex2(-bv[r] * kLog2e)) : 0.0f;
       st4(&s.q[i][d0], q);
       st4(&s.k[i][d0], k);
       st4(&s.g[i][d0], g);
