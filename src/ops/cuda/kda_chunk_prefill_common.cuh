@@ -3,6 +3,8 @@
 // kernel, and the map from (sequence, chunk) to a workspace slot.
 #pragma once
 
+#include <cstddef>
+
 #include "kda_common.cuh"
 #include "kestrel/ops/kda_chunk_prefill.h"
 
@@ -21,30 +23,47 @@ inline constexpr int kLdK = kK + 4;   // padded shared row of 128 floats (bank c
 inline constexpr int kLdC = kC + 4;   // padded shared row of 64 floats
 static_assert(kC == 4 * kB && kThreads == 256 && kTileV == 32, "the thread maps assume these sizes");
 
-// Workspace of one (chunk slot, head), in bytes, every part contiguous and 16-byte aligned. The
-// state kernel multiplies on bf16 tensor cores (mma_bf16.cuh): operands on the carried state's
-// path are stored split, x ~ hi + lo (3xBF16, ~2^-16 relative), the output-only ones as hi only:
+// Workspace of one (chunk slot, head): the image of the state kernel's operand buffers in shared
+// memory, padded rows included, so that the state kernel loads each of its three groups with
+// one bulk copy (TMA) instead of ~6,700 16-byte copies per chunk whose address registers stalled
+// its warps. The pads (8 bf16 per row: ldmatrix rows 4 banks apart) and Tm's / Aqk's blocks above
+// the diagonal are never written nor read (copied as they are). The state kernel multiplies on
+// bf16 tensor cores (mma_bf16.cuh): operands on the carried state's path are stored split,
+// x ~ hi + lo (3xBF16, ~2^-16 relative), the output-only ones as hi only:
 //   qg     [64][128] bf16 hi       Qg = q_hat e^Gam               (O = Qg S)
 //   kg     [64][128] bf16 hi, lo   Kg = k_hat e^Gam               (Vn = Tm (V - Kg S))
+//   tm     [64][64]  bf16 hi, lo   Tm = (I + L)^-1 diag(beta), lower block triangle
 //   kd     [64][128] bf16 hi, lo   Kd = k_hat e^(Gam_last - Gam)  (S += Kd^T Vn)
-//   tm     [64][64]  bf16 hi, lo   Tm = (I + L)^-1 diag(beta), lower triangular
-//   aqk    [64][64]  bf16 hi       Aqk, lower triangular incl. the diagonal
-//   (tm and aqk hold their 16 x 16 blocks I >= J only; the blocks above, zero in value, are
-//   neither written nor read)
+//   aqk    [64][64]  bf16 hi       Aqk, lower block triangle incl. the diagonal
 //   dec    [128]     f32           e^Gam_last (the state's decay over the chunk)
 // Padded rows (C <= r < 64) are 0 in qg, kg, kd, and their rows and columns in tm are 0.
-inline constexpr int64_t kWsQg = 0;
-inline constexpr int64_t kWsKgHi = kWsQg + kC * kK * 2;
-inline constexpr int64_t kWsKgLo = kWsKgHi + kC * kK * 2;
-inline constexpr int64_t kWsKdHi = kWsKgLo + kC * kK * 2;
-inline constexpr int64_t kWsKdLo = kWsKdHi + kC * kK * 2;
-inline constexpr int64_t kWsTmHi = kWsKdLo + kC * kK * 2;
-inline constexpr int64_t kWsTmLo = kWsTmHi + kC * kC * 2;
-inline constexpr int64_t kWsAqk = kWsTmLo + kC * kC * 2;
-inline constexpr int64_t kWsDec = kWsAqk + kC * kC * 2;
-inline constexpr int64_t kWsBytes = kWsDec + kK * 4;  // 107,008 bytes
+using bf16 = __nv_bfloat16;
+inline constexpr int kLdA = kK + 8;  // rows of 128 bf16 (qg, kg, kd): 272 bytes
+inline constexpr int kLdT = kC + 8;  // rows of 64 bf16 (tm, aqk): 144 bytes
+struct alignas(16) WsImage {
+  bf16 qg[kC][kLdA];  // group 0: read in P5
+  bf16 kg_hi[kC][kLdA];
+  bf16 kg_lo[kC][kLdA];
+  bf16 tm_hi[kC][kLdT];  // group 1: P6
+  bf16 tm_lo[kC][kLdT];
+  bf16 kd_hi[kC][kLdA];  // group 2: P7
+  bf16 kd_lo[kC][kLdA];
+  bf16 aqk[kC][kLdT];
+  float dec[kK];
+};
+inline constexpr int64_t kWsBytes = sizeof(WsImage);  // 115,200
 static_assert(kWsBytes == kKdaChunkWorkspaceBytesPerSlotHead && kWsBytes % 16 == 0,
               "the size the header states; 16-byte aligned per (slot, head)");
+// The three groups: byte offset and size of each inside the image.
+__host__ __device__ constexpr uint32_t ws_group_offset(int g) {
+  return g == 0 ? 0u : g == 1 ? 3u * kC * kLdA * 2 : 3u * kC * kLdA * 2 + 2u * kC * kLdT * 2;
+}
+__host__ __device__ constexpr uint32_t ws_group_bytes(int g) {
+  return g == 0 ? 3u * kC * kLdA * 2 : g == 1 ? 2u * kC * kLdT * 2 : 2u * kC * kLdA * 2 + kC * kLdT * 2 + kK * 4;
+}
+static_assert(ws_group_offset(1) == offsetof(WsImage, tm_hi) && ws_group_offset(2) == offsetof(WsImage, kd_hi) &&
+                  ws_group_offset(2) + ws_group_bytes(2) == kWsBytes && ws_group_bytes(1) % 16 == 0,
+              "the groups tile the image");
 
 struct Params {
   void* out;                 // [T, H, V] bf16 | f32 (dtype of qkv), any strides

@@ -128,17 +128,17 @@ inline constexpr float kDiagMaxDrop2 = 40.0f * kLog2e;
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
 __device__ __forceinline__ float4 ex2_4(float4 a) { return make_float4(ex2(a.x), ex2(a.y), ex2(a.z), ex2(a.w)); }
 __device__ __forceinline__ float4 sub4(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
-// Workspace stores (layout: kda_chunk_prefill_common.cuh), e an element index into one part: 4
-// consecutive values as bf16 hi (8 bytes), or split into hi and lo parts (mma_bf16.cuh).
-__device__ __forceinline__ void ws_store_hi4(unsigned char* part, int e, float4 x) {
-  *reinterpret_cast<uint2*>(part + 2 * e) = make_uint2(mma16::pack_bf16x2(x.x, x.y), mma16::pack_bf16x2(x.z, x.w));
+// Workspace stores (WsImage, kda_chunk_prefill_common.cuh): 4 consecutive values (8-byte aligned)
+// as bf16 hi, or split into hi and lo parts (mma_bf16.cuh).
+__device__ __forceinline__ void ws_store_hi4(bf16* hi, float4 x) {
+  *reinterpret_cast<uint2*>(hi) = make_uint2(mma16::pack_bf16x2(x.x, x.y), mma16::pack_bf16x2(x.z, x.w));
 }
-__device__ __forceinline__ void ws_store_split4(unsigned char* hi, unsigned char* lo, int e, float4 x) {
+__device__ __forceinline__ void ws_store_split4(bf16* hi, bf16* lo, float4 x) {
   uint2 h, l;
   mma16::split_bf16x2(x.x, x.y, h.x, l.x);
   mma16::split_bf16x2(x.z, x.w, h.y, l.y);
-  *reinterpret_cast<uint2*>(hi + 2 * e) = h;
-  *reinterpret_cast<uint2*>(lo + 2 * e) = l;
+  *reinterpret_cast<uint2*>(hi) = h;
+  *reinterpret_cast<uint2*>(lo) = l;
 }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
@@ -246,7 +246,7 @@ __device__ __forceinline__ void load_rows(const Params& p, IntraSmem& s, int64_t
 // workspace's Aqk, 64 contiguous bytes). Only the dots kept by the masks (j < i for L, j <= i for
 // Aqk) are formed; the reduction sums each index over the lanes on its own, so the kept values are
 // those of the full version.
-__device__ __forceinline__ void diag_block(IntraSmem& s, unsigned char* ws, int I, int ib, int ie, int lane) {
+__device__ __forceinline__ void diag_block(IntraSmem& s, WsImage& ws, int I, int ib, int ie, int lane) {
   const int base = I * kB, d0 = 4 * lane;
   float4 kp[kB];
 #pragma unroll
@@ -277,7 +277,7 @@ __device__ __forceinline__ void diag_block(IntraSmem& s, unsigned char* ws, int 
       if (lane < kB) {
         s.ld[I][i][j] = j < i ? s.beta[base + i] * v[0] : 0.0f;  // L, strictly lower
       } else {
-        reinterpret_cast<__nv_bfloat16*>(ws + kWsAqk)[(base + i) * kC + base + j] = __float2bfloat16_rn(j <= i ? v[0] : 0.0f);
+        ws.aqk[base + i][base + j] = __float2bfloat16_rn(j <= i ? v[0] : 0.0f);
       }
     }
   }
@@ -313,7 +313,7 @@ __device__ __forceinline__ bool find_chunk(const Params& p, int64_t slot, int64_
 // e^(Gam_i - Gam_j), masked to j < i (L) or j <= i (Aqk). qk goes straight to the workspace
 // (float2 per lane: c0 c1 and c2 c3 are adjacent columns); kk goes to ld (diagonal pairs) or to a
 // (off-diagonal pairs, only once q is dead: a aliases q).
-__device__ __forceinline__ void tc_job(IntraSmem& s, unsigned char* ws, int pr, bool qk, int lane) {
+__device__ __forceinline__ void tc_job(IntraSmem& s, WsImage& ws, int pr, bool qk, int lane) {
   const int I = pair_i(pr), J = pair_j(pr);
   float c[1][2][4] = {};
   // k-steps at run time (unrolled twice): the fully unrolled loop doubled the kernel's
@@ -334,8 +334,7 @@ __device__ __forceinline__ void tc_job(IntraSmem& s, unsigned char* ws, int pr, 
       const int i = kB * I + g + 8 * hf, j = kB * J + 8 * nt + 2 * t;
       const float v0 = c[0][nt][2 * hf], v1 = c[0][nt][2 * hf + 1];
       if (qk) {
-        *reinterpret_cast<uint32_t*>(ws + kWsAqk + 2 * (i * kC + j)) =
-            mma16::pack_bf16x2(j <= i ? v0 : 0.0f, j + 1 <= i ? v1 : 0.0f);
+        *reinterpret_cast<uint32_t*>(&ws.aqk[i][j]) = mma16::pack_bf16x2(j <= i ? v0 : 0.0f, j + 1 <= i ? v1 : 0.0f);
       } else if (I == J) {
         s.ld[I][i - kB * I][j - kB * J] = j < i ? s.beta[i] * v0 : 0.0f;
         s.ld[I][i - kB * I][j + 1 - kB * J] = j + 1 < i ? s.beta[i] * v1 : 0.0f;
@@ -389,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
   int C;
   if (!find_chunk(p, slot, n, row0, C)) return;  // uniform: before any barrier
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  unsigned char* ws = ws_at(p, slot, h);
+  WsImage& ws = *reinterpret_cast<WsImage*>(ws_at(p, slot, h));
 
   // The blocks of a and of the workspace's Tm / Aqk above the block diagonal are never written
   // nor read (P4 and the stores touch blocks I >= J only).
@@ -453,12 +452,12 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
         st4(&s.q[i][d], qr);
         st4(&s.k[i][d], kr);
         st4(&s.g[i][d], kc);
-        ws_store_hi4(ws + kWsQg, i * kK + d, mul4(qr, eb));
-        ws_store_split4(ws + kWsKgHi, ws + kWsKgLo, i * kK + d, mul4(kr, eb));
-        ws_store_split4(ws + kWsKdHi, ws + kWsKdLo, i * kK + d, mul4(kc, ed));
+        ws_store_hi4(&ws.qg[i][d], mul4(qr, eb));
+        ws_store_split4(&ws.kg_hi[i][d], &ws.kg_lo[i][d], mul4(kr, eb));
+        ws_store_split4(&ws.kd_hi[i][d], &ws.kd_lo[i][d], mul4(kc, ed));
       }
     }
-    if (warp == 0) st4(reinterpret_cast<float*>(ws + kWsDec) + d, ex2_4(blast));
+    if (warp == 0) st4(&ws.dec[d], ex2_4(blast));
   }
   for (int x = tid; x < 10 * kK; x += kThreads) {
     const int r = x / kK, d = x % kK;
@@ -531,7 +530,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
   for (int x = tid; x < kC * (kC / 4); x += kThreads) {
     const int i = x / (kC / 4), j = 4 * (x % (kC / 4));
     if (j >= kB * (i / kB + 1)) continue;  // above the block diagonal: zero, never read
-    ws_store_split4(ws + kWsTmHi, ws + kWsTmLo, i * kC + j, mul4(ld4(&s.sv.a[i][j]), ld4(&s.beta[j])));
+    ws_store_split4(&ws.tm_hi[i][j], &ws.tm_lo[i][j], mul4(ld4(&s.sv.a[i][j]), ld4(&s.beta[j])));
   }
 }
 

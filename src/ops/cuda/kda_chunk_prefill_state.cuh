@@ -51,15 +51,12 @@
 #include "cp_async.cuh"
 #include "kda_chunk_prefill_common.cuh"
 #include "mma_bf16.cuh"
+#include "sm90_ptx.cuh"
 
 #include <type_traits>
 
 namespace kestrel::ops::cuda::kda_chunk {
 
-using mma16::bf16;
-
-inline constexpr int kLdA = kK + 8;      // rows of 128 bf16 (qg, kg, kd)
-inline constexpr int kLdT = kC + 8;      // rows of 64 bf16 (tm, aqk)
 inline constexpr int kLdV = kTileV + 8;  // rows of 32 bf16 (s, y, vn)
 
 // Calls f(std::integral_constant<int, mb + 1>): the 16-deep k-steps of row block mb of a lower
@@ -75,72 +72,23 @@ __device__ __forceinline__ void by_row_block(int mb, F&& f) {
 }
 
 struct alignas(16) StateSmem {
-  bf16 qg[kC][kLdA];
-  bf16 kg_hi[kC][kLdA];
-  bf16 kg_lo[kC][kLdA];
-  bf16 kd_hi[kC][kLdA];
-  bf16 kd_lo[kC][kLdA];
-  bf16 tm_hi[kC][kLdT];
-  bf16 tm_lo[kC][kLdT];
-  bf16 aqk[kC][kLdT];
-  bf16 s_hi[kK][kLdV];  // S (d, v), hi and lo of the f32 state in registers
+  WsImage w;             // the chunk's workspace, loaded by three bulk copies (one per group)
+  bf16 s_hi[kK][kLdV];   // S (d, v), hi and lo of the f32 state in registers
   bf16 s_lo[kK][kLdV];
-  bf16 y_hi[kC][kLdV];  // Y (j, v)
+  bf16 y_hi[kC][kLdV];   // Y (j, v)
   bf16 y_lo[kC][kLdV];
   bf16 vn_hi[kC][kLdV];  // Vn (j, v)
   bf16 vn_lo[kC][kLdV];
-  float dec[kK];
+  uint64_t bar[3];       // mbarriers: workspace group g landed
 };
-static_assert(sizeof(StateSmem) == 156160, "the note above states this size");
+static_assert(sizeof(StateSmem) == 156192, "the note above states this size");
 
-// 16 bytes of the workspace into shared memory (cp_async.cuh).
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) { cp_async_16(smem_u32(smem), gmem); }
-
-// A [64][128] bf16 part of the workspace into a padded [64][kLdA] shared array, by all threads:
-// thread tid copies piece tid % 16 (8 bf16) of rows tid / 16 + 16 it, so every copy is the
-// thread's base address plus a constant.
-__device__ __forceinline__ void copy_rows128(bf16 (*dst)[kLdA], const unsigned char* src, int tid) {
-  constexpr int kPieces = kK * 2 / 16;                // 16 per row
-  constexpr int kRowsPerPass = kThreads / kPieces;    // 16
-  bf16* d = &dst[tid / kPieces][8 * (tid % kPieces)];
-  const unsigned char* g = src + (tid / kPieces) * (kK * 2) + 16 * (tid % kPieces);
-#pragma unroll
-  for (int it = 0; it < kC / kRowsPerPass; ++it) cp_async16(d + it * kRowsPerPass * kLdA, g + it * kRowsPerPass * kK * 2);
-}
-
-// The lower block triangle (16 x 16 blocks I >= J) of a [64][64] bf16 part into a padded
-// [64][kLdT] shared array, by all threads: Tm and Aqk are zero above it, and no product reads
-// there. Thread tid copies piece j8 = tid % 8 (columns 8 j8 ..) of rows tid / 8 + 32 it, when
-// those columns are below 16 (I + 1) for the row's block I.
-__device__ __forceinline__ void copy_lower64(bf16 (*dst)[kLdT], const unsigned char* src, int tid) {
-  constexpr int kPieces = kC * 2 / 16;              // 8 per row
-  constexpr int kRowsPerPass = kThreads / kPieces;  // 32
-  const int j8 = tid % kPieces;
-#pragma unroll
-  for (int it = 0; it < kC / kRowsPerPass; ++it) {
-    const int i = tid / kPieces + it * kRowsPerPass;
-    if (8 * j8 < kB * (i / kB + 1)) cp_async16(&dst[i][8 * j8], src + i * (kC * 2) + 16 * j8);
-  }
-}
-
-__device__ __forceinline__ void issue_qk(StateSmem& s, const unsigned char* ws, int tid) {
-  copy_rows128(s.qg, ws + kWsQg, tid);
-  copy_rows128(s.kg_hi, ws + kWsKgHi, tid);
-  copy_rows128(s.kg_lo, ws + kWsKgLo, tid);
-  cp_async_commit();
-}
-
-// Tm (read in P6) as one group, then Kd, Aqk, dec (read in P7) as another: P7's operands get P6
-// as well as P5 to arrive.
-__device__ __forceinline__ void issue_rest(StateSmem& s, const unsigned char* ws, int tid) {
-  copy_lower64(s.tm_hi, ws + kWsTmHi, tid);
-  copy_lower64(s.tm_lo, ws + kWsTmLo, tid);
-  cp_async_commit();
-  copy_rows128(s.kd_hi, ws + kWsKdHi, tid);
-  copy_rows128(s.kd_lo, ws + kWsKdLo, tid);
-  copy_lower64(s.aqk, ws + kWsAqk, tid);
-  if (tid < kK / 4) cp_async16(&s.dec[4 * tid], ws + kWsDec + 16 * tid);
-  cp_async_commit();
+// Thread 0: the bulk copy of workspace group g (kda_chunk_prefill_common.cuh) into s.w,
+// completing on s.bar[g].
+__device__ __forceinline__ void issue_group(StateSmem& s, int g, const unsigned char* ws) {
+  const uint32_t bar = smem_u32(&s.bar[g]);
+  sm90::mbar_arrive_expect_tx(bar, ws_group_bytes(g));
+  sm90::bulk_copy_g2s(smem_u32(&s.w) + ws_group_offset(g), ws + ws_group_offset(g), ws_group_bytes(g), bar);
 }
 
 // Two f32 values of row `row`, columns col, col + 1 of a (j | d, v) operand, as bf16 hi / lo.
@@ -209,7 +157,12 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     for (int c = 0; c < 4; ++c)
       st[nt][c] = read_state ? slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c)] : 0.0f;
   publish_state();
-  if (beg < end) issue_qk(s, ws_at(p, ws0 + c_begin, h), tid);
+  if (tid == 0) {
+    for (int g = 0; g < 3; ++g) sm90::mbar_init(smem_u32(&s.bar[g]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // the inits before the async proxy's use
+    if (beg < end) issue_group(s, 0, ws_at(p, ws0 + c_begin, h));
+  }
+  __syncthreads();  // the mbarriers initialised before any thread waits on them
 
   // The warp's 16-row block of the chunk in P5, P6, P7-out, and its 16 value columns 16 ch ..
   // 16 ch + 15 of the tile. Block mb costs mb + 1 k-steps in P6 and P7-out (Tm, Aqk lower
@@ -234,15 +187,19 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
   };
   if (beg < end) load_v(beg);
 
+  uint32_t phase = 0;  // of the three mbarriers: each completes once per chunk
 #pragma unroll 1
-  for (int64_t c0 = beg; c0 < end; c0 += kC) {
+  for (int64_t c0 = beg; c0 < end; c0 += kC, phase ^= 1) {
     const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
     const int64_t row0 = bos + c0;
     const unsigned char* ws = ws_at(p, ws0 + c0 / kC, h);
-    // ---- B1
-    cp_async_wait_all();
+    // ---- B1 (every thread waits on the mbarrier: that wait makes the copy's bytes visible to it)
+    sm90::mbar_wait(smem_u32(&s.bar[0]), phase);
     __syncthreads();
-    issue_rest(s, ws, tid);
+    if (tid == 0) {
+      issue_group(s, 1, ws);
+      issue_group(s, 2, ws);
+    }
     // ---- P5, every warp on its 16 rows x 16 columns, one pass over S's fragments:
     // O = Qg_hi S_hi (kept to P7); Y = V - Kg S in 3xBF16 (three accumulators: independent mma
     // chains) -> y.
@@ -252,9 +209,9 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
 #pragma unroll
       for (int ks = 0; ks < kK / 16; ++ks) {
         uint32_t aq[4], akh[4], akl[4], bh[2][2], bl[2][2];
-        mma16::load_a(aq, &s.qg[16 * mb][16 * ks], kLdA, lane);
-        mma16::load_a(akh, &s.kg_hi[16 * mb][16 * ks], kLdA, lane);
-        mma16::load_a(akl, &s.kg_lo[16 * mb][16 * ks], kLdA, lane);
+        mma16::load_a(aq, &s.w.qg[16 * mb][16 * ks], kLdA, lane);
+        mma16::load_a(akh, &s.w.kg_hi[16 * mb][16 * ks], kLdA, lane);
+        mma16::load_a(akl, &s.w.kg_lo[16 * mb][16 * ks], kLdA, lane);
         mma16::load_b_trans(bh, &s.s_hi[16 * ks][16 * ch], kLdV, lane);
         mma16::load_b_trans(bl, &s.s_lo[16 * ks][16 * ch], kLdV, lane);
         mma16::mma_row(o, aq, bh);
@@ -277,9 +234,9 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     }
     if (c0 + kC < end) load_v(c0 + kC);
     // ---- B2 (Tm landed; Kd, Aqk, dec may still be in flight)
-    cp_async_wait_but_one();
+    sm90::mbar_wait(smem_u32(&s.bar[1]), phase);
     __syncthreads();
-    if (c0 + kC < end) issue_qk(s, ws + static_cast<int64_t>(p.H) * kWsBytes, tid);  // the next slot, same head
+    if (tid == 0 && c0 + kC < end) issue_group(s, 0, ws + static_cast<int64_t>(p.H) * kWsBytes);  // the next slot, same head
     // ---- P6: Vn = Tm Y (3xBF16) -> vn, the same 16 rows x 16 columns; Tm is lower triangular,
     // so block mb needs columns j < 16 (mb + 1) only.
     by_row_block(mb, [&](auto steps) {
@@ -287,8 +244,8 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
 #pragma unroll
       for (int ks = 0; ks < decltype(steps)::value; ++ks) {
         uint32_t th[4], tl[4], bh[2][2], bl[2][2];
-        mma16::load_a(th, &s.tm_hi[16 * mb][16 * ks], kLdT, lane);
-        mma16::load_a(tl, &s.tm_lo[16 * mb][16 * ks], kLdT, lane);
+        mma16::load_a(th, &s.w.tm_hi[16 * mb][16 * ks], kLdT, lane);
+        mma16::load_a(tl, &s.w.tm_lo[16 * mb][16 * ks], kLdT, lane);
         mma16::load_b_trans(bh, &s.y_hi[16 * ks][16 * ch], kLdV, lane);
         mma16::load_b_trans(bl, &s.y_lo[16 * ks][16 * ch], kLdV, lane);
         mma16::mma_row(vn, th, bh);
@@ -305,14 +262,14 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
         }
     });
     // ---- B3 (Kd, Aqk, dec landed; the next Qg, Kg may still be in flight)
-    if (c0 + kC < end) cp_async_wait_but_one(); else cp_async_wait_all();
+    sm90::mbar_wait(smem_u32(&s.bar[2]), phase);
     __syncthreads();
     // ---- P7-out: O += Aqk_hi Vn_hi (block mb, j < 16 (mb + 1)), stored.
     by_row_block(mb, [&](auto steps) {
 #pragma unroll
       for (int ks = 0; ks < decltype(steps)::value; ++ks) {
         uint32_t aa[4], bh[2][2];
-        mma16::load_a(aa, &s.aqk[16 * mb][16 * ks], kLdT, lane);
+        mma16::load_a(aa, &s.w.aqk[16 * mb][16 * ks], kLdT, lane);
         mma16::load_b_trans(bh, &s.vn_hi[16 * ks][16 * ch], kLdV, lane);
         mma16::mma_row(o, aa, bh);
       }
@@ -330,13 +287,13 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) st[nt][c] *= s.dec[st_d(c)];
+        for (int c = 0; c < 4; ++c) st[nt][c] *= s.w.dec[st_d(c)];
       float s1[4][4] = {}, s2[4][4] = {};
 #pragma unroll
       for (int ks = 0; ks < kC / 16; ++ks) {
         uint32_t kh[4], kl[4], bh[4][2], bl[4][2];
-        mma16::load_a_trans(kh, &s.kd_hi[16 * ks][d0], kLdA, lane);
-        mma16::load_a_trans(kl, &s.kd_lo[16 * ks][d0], kLdA, lane);
+        mma16::load_a_trans(kh, &s.w.kd_hi[16 * ks][d0], kLdA, lane);
+        mma16::load_a_trans(kl, &s.w.kd_lo[16 * ks][d0], kLdA, lane);
         mma16::load_b_trans(bh, &s.vn_hi[16 * ks][0], kLdV, lane);
         mma16::load_b_trans(bl, &s.vn_lo[16 * ks][0], kLdV, lane);
         mma16::mma_row(st, kh, bh);
