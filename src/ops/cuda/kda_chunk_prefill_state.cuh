@@ -13,39 +13,48 @@
 // allowance. (The tf32 version before it, 3xTF32 on the same three products, erred 5.2e-5 / 7e-7
 // and issued ~4x the tensor work: tf32's k8 at half bf16's rate, and every A operand split by
 // every warp that read it; here every operand is split once, by the thread that writes it.)
-// Every warp does a share of every product (warp w: row block mb = w % 4, value columns 16 ch ..
-// + 15 with ch = w / 4): P5 and P6 rows 16 mb .. +15 x those 16 columns (x K 128; x j < 16 (mb +
-// 1) in P6, Tm being lower triangular); P7-out the same; P7-state key dims 16 w .. +15 x all 32
-// columns x 64. The state tile S[:, v0 .. v0+31] (128 x 32) is f32 in registers, in P7-state's
-// C-fragment map (warp w, key dims 16 w ..: 16 values per thread), across the whole sequence;
-// after each update its owner writes the bf16 hi / lo copies that P5 reads from shared memory.
-// The final state and the checkpoints are stored from the f32 registers (exact).
+// Every warp does a share of every product (warp w: row block mb = w for w < 4, 7 - w above,
+// value columns 16 ch .. + 15 with ch = w / 4): P5 and P6 rows 16 mb .. +15 x those 16 columns
+// (x K 128; x j < 16 (mb + 1) in P6, Tm being lower triangular); P7-out the same; P7-state key
+// dims 16 w .. +15 x all 32 columns x 64. The state tile S[:, v0 .. v0+31] (128 x 32) is f32 in
+// registers, in P7-state's C-fragment map (warp w, key dims 16 w ..: 16 values per thread),
+// across the whole sequence; after each update its owner writes the bf16 hi / lo copies that P5
+// reads from shared memory. The final state and the checkpoints are stored from the f32
+// registers (exact).
 //
-// Pipeline (cp.async, 16-byte copies, in groups; a wait leaves at most the newest in flight):
-//   B1  wait for Qg, Kg of this chunk; barrier;    then issue Tm, then Kd, Aqk, dec of this chunk
-//   P5  (reads qg, kg, s);                         then every warp loads the next chunk's v
-//   B2  wait for Tm; barrier;                      then issue Qg, Kg of the next chunk
+// Pipeline: the chunk's workspace (an image of the operand buffers below, padded rows included:
+// kda_chunk_prefill_common.cuh) arrives by three bulk copies (cp.async.bulk, thread 0 issuing,
+// one mbarrier per group, each completing once per chunk):
+//   B1  wait for group 0 (Qg, Kg); barrier;  issue groups 1 (Tm) and 2 (Kd, Aqk, dec)
+//   P5  (reads qg, kg, s);                   then every warp loads the next chunk's v
+//   B2  wait for group 1; barrier;           issue group 0 of the next chunk
 //   P6  (reads tm, y);
-//   B3  wait for Kd, Aqk, dec; barrier;  P7 (reads aqk, vn, kd, dec; writes s: own rows only).
-// Races, per buffer: qg / kg are written by the copies issued after B2 and read in P5 (after the
-// next B1); tm written after B1 and read in P6 (after B2), kd / aqk / dec written after B1 and
-// read in P7 (after B3), and the next copies into them are issued after the next B1, when every
-// P7 read is done; y written in P5, read in P6 (B2 between); vn written in P6, read in P7 (B3),
-// rewritten in the next P6 (two barriers later); s read by all in P5, written in P7 (B2, B3
-// between) and read again in the next P5 (after B1); the first s is written before the first B1.
+//   B3  wait for group 2; barrier;  P7 (reads aqk, vn, kd, dec; writes s: own rows only).
+// Every thread waits on the mbarrier itself (the wait makes the copied bytes visible to it).
+// Races, per buffer: group 0 is written by the copy issued after B2 and read in P5 (after the
+// next B1); groups 1, 2 written after B1 and read in P6 (after B2) and P7 (after B3), their next
+// copies issued after the next B1, when every P7 read is done; y written in P5, read in P6 (B2
+// between); vn written in P6, read in P7 (B3), rewritten in the next P6 (two barriers later); s
+// read by all in P5, written in P7 (B2, B3 between) and read again in the next P5 (after B1);
+// the first s is written before the first B1.
 // Operands are read by ldmatrix: A row-major (qg, kg, tm, aqk) plain, Kd^T (Kd stored [j][d])
 // and every B (s [d][v], y and vn [j][v], k-major) with .trans. Bank conflicts: a fragment load
 // reads 8 rows of 16 bytes; rows of 136 bf16 (272 bytes), 72 (144) and 40 (80) put those 8 rows
 // 4 banks apart: conflict-free; the C-fragment stores of bf16 pairs into s / y / vn (row g (+8),
 // word 4 nt + t, rows of 20 words) hit banks 20 g + 4 nt + t: distinct across the warp.
 //
-// Shared memory (bf16 unless said; 156,160 bytes):
-//   qg, kg_hi, kg_lo, kd_hi, kd_lo [64][136]   tm_hi, tm_lo, aqk [64][72] (lower 16 x 16 block
-//   triangle only: the rest is never written nor read)   s_hi, s_lo [128][40] S (d, v)
-//   y_hi, y_lo, vn_hi, vn_lo [64][40] (j, v)   dec [128] f32
-// History (T = 4096, H = 32, the state kernel alone, H200): 542 us with cvt.rna tf32 splits;
-// 353 us with integer splits, ldmatrix, balanced warps, pre-split B operands (docs/perf.md);
-// this bf16 version: see docs/perf.md.
+// Shared memory (bytes; 156,192): the workspace image WsImage (115,200: qg, kg_hi, kg_lo,
+// tm_hi, tm_lo, kd_hi, kd_lo, aqk, dec) | s_hi, s_lo [128][40] S (d, v) | y_hi, y_lo, vn_hi,
+// vn_lo [64][40] (j, v) | 3 mbarriers.
+// History (T = 4096, H = 32, the state kernel alone, H200, docs/perf.md): 542 us with cvt.rna
+// tf32 splits; 353 us with integer splits, ldmatrix, balanced warps, pre-split B operands (tf32);
+// 256 us on bf16 tensor cores (3xBF16); 250 us with the balanced row blocks; 198 us with the
+// workspace by bulk copies (16-byte cp.async before: ~6,700 per chunk, their address registers
+// held the warps). Measured and not kept: a double-buffered Qg / Kg (cp.async, 208 KB: slower),
+// P5 with the next k-step's fragments loaded ahead and two accumulator sets (192 registers: 418
+// vs 411 us for the op), and wgmma for every product (branch wgmma-state: correct, but 464 vs 414
+// us for the op: descriptor arithmetic ~45% of its instructions, and each phase waiting on its
+// wgmma group; its workspace layouts made the intra kernel's stores 16-byte granular, +50 us).
 #pragma once
 
 #include "cp_async.cuh"
