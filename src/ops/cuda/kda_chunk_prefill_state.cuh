@@ -214,7 +214,8 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     // chains) -> y.
     float o[2][4] = {};
     {
-      float y[2][4] = {}, y1[2][4] = {}, y2[2][4] = {};
+      float y[2][4] = {};
+      mma16::Acc3<2> ky{y};
 #pragma unroll
       for (int ks = 0; ks < kK / 16; ++ks) {
         uint32_t aq[4], akh[4], akl[4], bh[2][2], bl[2][2];
@@ -224,21 +225,16 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
         mma16::load_b_trans(bh, &s.s_hi[16 * ks][16 * ch], kLdV, lane);
         mma16::load_b_trans(bl, &s.s_lo[16 * ks][16 * ch], kLdV, lane);
         mma16::mma_row(o, aq, bh);
-        mma16::mma_row(y, akh, bh);
-        mma16::mma_row(y1, akl, bh);
-        mma16::mma_row(y2, akh, bl);
+        ky.step(akh, akl, bh, bl);
       }
+      ky.finish();
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          float yv[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int c = 2 * hf + e;
-            yv[e] = to_f32(vr[nt][c]) - (y[nt][c] + (y1[nt][c] + y2[nt][c]));
-          }
-          store_split2(s.y_hi, s.y_lo, row_of(2 * hf), col_of(nt, 0), yv[0], yv[1]);
+          const int c = 2 * hf;
+          store_split2(s.y_hi, s.y_lo, row_of(c), col_of(nt, 0), to_f32(vr[nt][c]) - y[nt][c],
+                       to_f32(vr[nt][c + 1]) - y[nt][c + 1]);
         }
     }
     if (c0 + kC < end) load_v(c0 + kC);
@@ -249,7 +245,8 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     // ---- P6: Vn = Tm Y (3xBF16) -> vn, the same 16 rows x 16 columns; Tm is lower triangular,
     // so block mb needs columns j < 16 (mb + 1) only.
     by_row_block(mb, [&](auto steps) {
-      float vn[2][4] = {}, v1[2][4] = {}, v2[2][4] = {};
+      float vn[2][4] = {};
+      mma16::Acc3<2> tv{vn};
 #pragma unroll
       for (int ks = 0; ks < decltype(steps)::value; ++ks) {
         uint32_t th[4], tl[4], bh[2][2], bl[2][2];
@@ -257,17 +254,15 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
         mma16::load_a(tl, &s.w.tm_lo[16 * mb][16 * ks], kLdT, lane);
         mma16::load_b_trans(bh, &s.y_hi[16 * ks][16 * ch], kLdV, lane);
         mma16::load_b_trans(bl, &s.y_lo[16 * ks][16 * ch], kLdV, lane);
-        mma16::mma_row(vn, th, bh);
-        mma16::mma_row(v1, tl, bh);
-        mma16::mma_row(v2, th, bl);
+        tv.step(th, tl, bh, bl);
       }
+      tv.finish();
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int c = 2 * hf;
-          store_split2(s.vn_hi, s.vn_lo, row_of(c), col_of(nt, 0), vn[nt][c] + (v1[nt][c] + v2[nt][c]),
-                       vn[nt][c + 1] + (v1[nt][c + 1] + v2[nt][c + 1]));
+          store_split2(s.vn_hi, s.vn_lo, row_of(c), col_of(nt, 0), vn[nt][c], vn[nt][c + 1]);
         }
     });
     // ---- B3 (Kd, Aqk, dec landed; the next Qg, Kg may still be in flight)
@@ -297,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) st[nt][c] *= s.w.dec[st_d(c)];
-      float s1[4][4] = {}, s2[4][4] = {};
+      mma16::Acc3<4> kv{st};
 #pragma unroll
       for (int ks = 0; ks < kC / 16; ++ks) {
         uint32_t kh[4], kl[4], bh[4][2], bl[4][2];
@@ -305,14 +300,9 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
         mma16::load_a_trans(kl, &s.w.kd_lo[16 * ks][d0], kLdA, lane);
         mma16::load_b_trans(bh, &s.vn_hi[16 * ks][0], kLdV, lane);
         mma16::load_b_trans(bl, &s.vn_lo[16 * ks][0], kLdV, lane);
-        mma16::mma_row(st, kh, bh);
-        mma16::mma_row(s1, kl, bh);
-        mma16::mma_row(s2, kh, bl);
+        kv.step(kh, kl, bh, bl);
       }
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) st[nt][c] += s1[nt][c] + s2[nt][c];
+      kv.finish();
       publish_state();
       if (p.ckpt != nullptr && C == kC) {
         float* ck = p.ckpt + (ck0 + c0 / kC) * p.ckpt_s0 + head;

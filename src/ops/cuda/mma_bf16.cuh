@@ -85,6 +85,29 @@ __device__ __forceinline__ void mma_row(float (&c)[kNt][4], const uint32_t (&a)[
   for (int nt = 0; nt < kNt; ++nt) mma_bf16(c[nt], a, b[nt]);
 }
 
+// A 3xBF16 product's accumulators: c (the hi x hi terms, the caller's) and the two cross terms
+// in their own tiles (three independent mma chains instead of one three times as long), added
+// to c by finish() as c + (lo_a + lo_b).
+template <int kNt>
+struct Acc3 {
+  float (&c)[kNt][4];
+  float lo_a[kNt][4] = {};  // a_lo b_hi
+  float lo_b[kNt][4] = {};  // a_hi b_lo
+  // One k-step: c += ah bh, lo_a += al bh, lo_b += ah bl.
+  __device__ __forceinline__ void step(const uint32_t (&ah)[4], const uint32_t (&al)[4], const uint32_t (&bh)[kNt][2],
+                                       const uint32_t (&bl)[kNt][2]) {
+    mma_row(c, ah, bh);
+    mma_row(lo_a, al, bh);
+    mma_row(lo_b, ah, bl);
+  }
+  __device__ __forceinline__ void finish() {
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[nt][e] += lo_a[nt][e] + lo_b[nt][e];
+  }
+};
+
 __device__ __forceinline__ uint32_t bits(__nv_bfloat162 x) {
   uint32_t u;
   __builtin_memcpy(&u, &x, sizeof u);
