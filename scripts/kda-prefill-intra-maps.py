@@ -13,7 +13,6 @@ assert END*4==112896
 A=lambda i,j: Q+i*kLdC+j
 R=lambda J,r,c: Q+kC*kLdC+J*256+r*16+c
 assert R(2,15,15) < K
-WsQg,WsKg,WsKd=0,kC*kK,2*kC*kK; WsTm=3*kC*kK; WsAqk=WsTm+kC*kC; WsDec=WsAqk+kC*kC
 def pair_i(p): return 1 if p==0 else 2 if p<3 else 3 if p<6 else p-6
 def pair_j(p): return 0 if p==0 else p-1 if p<3 else p-3 if p<6 else p-6
 class Phase:
