@@ -119,24 +119,6 @@ static_assert(kRows * kStageLd * sizeof(float) <= sizeof(Smem::q) + sizeof(Smem:
 
 constexpr float kLog2e = 1.442695040888963407f;
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// c[16x8] += a[16x16] b[16x8], bf16 in, f32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 
 
@@ -270,10 +252,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
 #pragma unroll 2
         for (int kk = 0; kk < kKSteps; ++kk) {
           uint32_t a[4], bk[4];
-          ldmatrix_x4(a, a_addr + kk * 32);
-          ldmatrix_x4(bk, b_addr + kk * 32);
-          mma_bf16(s[0], a, bk[0], bk[1]);
-          mma_bf16(s[1], a, bk[2], bk[3]);
+          mma16::ldsm_x4<false>(a, a_addr + kk * 32);
+          mma16::ldsm_x4<false>(bk, b_addr + kk * 32);
+          mma16::mma_bf16(s[0], a, {bk[0], bk[1]});
+          mma16::mma_bf16(s[1], a, {bk[2], bk[3]});
         }
 #pragma unroll
         for (int nb = 0; nb < 2; ++nb)
@@ -316,9 +298,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
           for (int k = 0; k < 2; ++k) {
             const float p0 = exp2f(x[nb][2 * k] - m_use[k]), p1 = exp2f(x[nb][2 * k + 1] - m_use[k]);
             l[k] += p0 + p1;
-            const uint32_t hi = pack_bf16(p0, p1);
+            const uint32_t hi = pack_bf16x2(p0, p1);
             const float h0 = __uint_as_float(hi << 16), h1 = __uint_as_float(hi & 0xffff0000u);
-            const uint32_t lo = pack_bf16(p0 - h0, p1 - h1);
+            const uint32_t lo = pack_bf16x2(p0 - h0, p1 - h1);
             const int at = (rg * 16 + g + 8 * k) * kPLd + hf * 16 + nb * 8 + 2 * tq;
             *reinterpret_cast<uint32_t*>(sm.p_hi + at) = hi;
             *reinterpret_cast<uint32_t*>(sm.p_lo + at) = lo;
@@ -333,16 +315,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
 #pragma unroll
         for (int ks = 0; ks < kKeys / 16; ++ks) {
           uint32_t ah[4], al[4];
-          ldmatrix_x4(ah, ph_addr + ks * 32);
-          ldmatrix_x4(al, pl_addr + ks * 32);
+          mma16::ldsm_x4<false>(ah, ph_addr + ks * 32);
+          mma16::ldsm_x4<false>(al, pl_addr + ks * 32);
 #pragma unroll
           for (int np = 0; np < kONb / 2; ++np) {
             uint32_t bv[4];
-            ldmatrix_x4_trans(bv, v_addr + (ks * 16 * kLd + np * 16) * 2);
-            mma_bf16(acc[2 * np], ah, bv[0], bv[1]);
-            mma_bf16(acc[2 * np], al, bv[0], bv[1]);
-            mma_bf16(acc[2 * np + 1], ah, bv[2], bv[3]);
-            mma_bf16(acc[2 * np + 1], al, bv[2], bv[3]);
+            mma16::ldsm_x4<true>(bv, v_addr + (ks * 16 * kLd + np * 16) * 2);
+            mma16::mma_bf16(acc[2 * np], ah, {bv[0], bv[1]});
+            mma16::mma_bf16(acc[2 * np], al, {bv[0], bv[1]});
+            mma16::mma_bf16(acc[2 * np + 1], ah, {bv[2], bv[3]});
+            mma16::mma_bf16(acc[2 * np + 1], al, {bv[2], bv[3]});
           }
         }
       }
@@ -385,7 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
           const int d = hf * (kDv / 2) + nb * 8 + 2 * tq;
           const float v0 = acc[nb][2 * k] * scale, v1 = acc[nb][2 * k + 1] * scale;
           if (p.splits == 1) {
-            *reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(sm.q) + local * kStageLd + d) = pack_bf16(v0, v1);
+            *reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(sm.q) + local * kStageLd + d) = pack_bf16x2(v0, v1);
           } else {
             *reinterpret_cast<float2*>(reinterpret_cast<float*>(sm.q) + local * kStageLd + d) = make_float2(v0, v1);
           }
@@ -508,7 +490,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
   }
   const int d = 4 * tid;  // this thread's output columns
   uint16_t* orow = p.o + t * p.o_s0 + h * p.o_s1;
-  const uint32_t lo = pack_bf16(o[0], o[1]), hi = pack_bf16(o[2], o[3]);
+  const uint32_t lo = pack_bf16x2(o[0], o[1]), hi = pack_bf16x2(o[2], o[3]);
   if (p.o_vec) {
     *reinterpret_cast<uint2*>(orow + d) = make_uint2(lo, hi);
   } else {

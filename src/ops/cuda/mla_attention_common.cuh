@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "mma_bf16.cuh"
 
 namespace kestrel::ops::cuda {
 
@@ -38,17 +39,14 @@ struct MlaAttentionParams {
 
 constexpr float kLn2 = 0.693147180559945309f;
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lower 16 bits) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
+using mma16::pack_bf16x2;
 
 // Two e4m3 bytes (first in the low byte) -> two bf16 (first in the low half). Exact: every
 // e4m3 value, subnormals and NaN included, is a bf16 value (via f16, also exact).
 __device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t two) {
   const __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
   const float2 f = __half22float2(__half2(hr));
-  return pack_bf16(f.x, f.y);
+  return pack_bf16x2(f.x, f.y);
 }
 
 // Two e4m3 bytes -> two f16 (first in the low half). Exact, and one instruction: every e4m3

@@ -508,9 +508,9 @@ __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32
         a_hi[ks][e] = *reinterpret_cast<const uint32_t*>(&hi);
         a_lo[ks][e] = pack_f16(p0 - __low2float(hi), p1 - __high2float(hi));
       } else {
-        const uint32_t hi = pack_bf16(p0, p1);
+        const uint32_t hi = pack_bf16x2(p0, p1);
         a_hi[ks][e] = hi;
-        a_lo[ks][e] = pack_bf16(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
+        a_lo[ks][e] = pack_bf16x2(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
       }
       const uint32_t off = p_offset(frag_d_row(t, i), frag_d_col(t, i));
       *reinterpret_cast<uint32_t*>(p_hi + off) = a_hi[ks][e];
@@ -759,7 +759,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
           const int i = 4 * k + 2 * h, d = col0 + frag_d_col(0, i);
-          const uint32_t v = pack_bf16(o[i] * scale, o[i + 1] * scale);
+          const uint32_t v = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
           if (p.o_vec) {
             *reinterpret_cast<uint32_t*>(orow + d) = v;
           } else {

@@ -4,7 +4,8 @@
 // product a b ~ ah bh + ah bl + al bh errs by ~2^-16 |a||b| (the dropped al bl and the two
 // residuals x - hi - lo, each <= 2^-17 |x|): the f32-class substitute for 3xTF32 on Hopper at a
 // quarter of its tensor issue (twice the K per instruction, twice the rate). Where it is used and
-// what it costs in accuracy: kda_chunk_prefill_state.cuh, docs/ops/kda.md.
+// what it costs in accuracy: kda_chunk_prefill_state.cuh, docs/ops/kda.md. The mla_attention
+// kernels take their bf16 packing, ldmatrix and mma.sync from here too.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16; g = lane / 4, t = lane % 4;
 // each 32-bit register holds two consecutive-k elements, the lower k in the low half):
@@ -33,9 +34,9 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Four 8 x 8 b16 matrices from shared memory (address a: this lane's row), plain or .trans.
 template <bool kTrans>
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* row) {
-  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t a) {
   if constexpr (kTrans) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -47,6 +48,10 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* row) {
                  : "r"(a)
                  : "memory");
   }
+}
+template <bool kTrans>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* row) {
+  ldsm_x4<kTrans>(r, static_cast<uint32_t>(__cvta_generic_to_shared(row)));
 }
 
 // The A fragment of the 16 x 16 block at a (element (m, k) at a[m * ld + k]): matrices
@@ -108,22 +113,19 @@ struct Acc3 {
   }
 };
 
-__device__ __forceinline__ uint32_t bits(__nv_bfloat162 x) {
-  uint32_t u;
-  __builtin_memcpy(&u, &x, sizeof u);
-  return u;
+// Two f32 values rounded to one bf16 pair, x0 in the low half (the layout of a fragment register
+// and of memory).
+__device__ __forceinline__ uint32_t pack_bf16x2(float x0, float x1) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);  // .x (lower 16 bits) = x0
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Two f32 values (x0 at the lower k or n) as bf16 pairs: hi = bf16(x), lo = bf16(x - hi), each
-// packed with x0 in the low half (the layout of a fragment register and of memory).
+// The same pair split: hi = bf16(x), lo = bf16(x - hi).
 __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
   const float2 hf = __bfloat1622float2(h);
-  hi = bits(h);
-  lo = bits(__floats2bfloat162_rn(x0 - hf.x, x1 - hf.y));
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = pack_bf16x2(x0 - hf.x, x1 - hf.y);
 }
-
-// Two f32 values rounded to one bf16 pair (the hi part alone).
-__device__ __forceinline__ uint32_t pack_bf16x2(float x0, float x1) { return bits(__floats2bfloat162_rn(x0, x1)); }
 
 }  // namespace kestrel::ops::cuda::mma16
