@@ -6,6 +6,9 @@
 // per attended key per query (bottom-right causal: query i of n attends ctx - n + i + 1 keys).
 // "-qfp8" cases: an fp8 query (q_scale 0.75) with the fp8 cache, as the engine's fp8 decode and
 // verify paths call it (compare with the same case without the suffix: the bf16 query).
+// "-fastP" cases: MlaAttentionPrecision::fast (P rounded once before P V, as FlashMLA computes
+// it) on the shapes of the FlashMLA figures and the compute-bound fp8 shapes; compare
+// with the same case without the suffix (exact, the default).
 #include <utility>
 #include <vector>
 
@@ -26,14 +29,16 @@ void add_mla_attention_benches(Registry& r) {
   // One case; `kernel` forces a CUDA kernel ("mla_attention_v1/..." for v1, mma.sync, to compare
   // with the automatic choice, the WGMMA kernel on an H200).
   auto add = [&r](DType dt, DType q_dt, int64_t H, int64_t q_len, int64_t B, int64_t ctx,
-                  ops::MlaAttentionKernel kernel) {
+                  ops::MlaAttentionKernel kernel,
+                  ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact) {
+    const bool fast = precision == ops::MlaAttentionPrecision::fast;
     const bool fp8_q = q_dt == DType::fp8_e4m3;
     const int64_t Tq = B * q_len, max_pages = (ctx + kPage - 1) / kPage;
     const int64_t num_pages = 1 + B * max_pages;  // page 0 is the sink
     Case c;
     c.name = str(kernel == ops::MlaAttentionKernel::mma_sync ? "mla_attention_v1/" : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
-                 fp8_q ? "-qfp8" : "");
+                 fp8_q ? "-qfp8" : "", fast ? "-fastP" : "");
     c.buffers = {{"o", DType::bf16, {Tq, H, ops::kMlaNope}},
                  {"lse", DType::f32, {Tq, H}},
                  {"q", q_dt, {Tq, H, ops::kMlaRow}},
@@ -51,7 +56,7 @@ void add_mla_attention_benches(Registry& r) {
     std::vector<int32_t> starts(static_cast<size_t>(B + 1));
     for (int64_t i = 0; i <= B; ++i) starts[i] = static_cast<int32_t>(i * q_len);
     const FixedInts q_start(std::move(starts));
-    c.run = [q_start, dt, fp8_q, kernel](const std::vector<TensorView>& b, Stream s) {
+    c.run = [q_start, dt, fp8_q, kernel, precision](const std::vector<TensorView>& b, Stream s) {
       q_start.ensure(b[6]);
       ops::MlaAttentionArgs a;
       a.o = b[0];
@@ -65,6 +70,7 @@ void add_mla_attention_benches(Registry& r) {
       a.kv_scale = dt == DType::fp8_e4m3 ? 0.5f : 1.0f;
       a.q_scale = fp8_q ? 0.75f : 1.0f;
       a.cuda_kernel = kernel;
+      a.precision = precision;
       ops::mla_attention(ops::Backend::cuda, a, s);
     };
     r.add(std::move(c));
@@ -80,6 +86,18 @@ void add_mla_attention_benches(Registry& r) {
             add(dt, q_dt, H, q_len, B, ctx, ops::MlaAttentionKernel::automatic);
           }
   }
+  // The fast precision: bf16 cache on the FlashMLA shapes (decode H 32 at B 128 8k / 32k, B 32
+  // 32k, B 1 1k-32k; H 96 and 128 at B 128 8k; verify 2 / 4 / 8 at B 128 8k H 32), and the fp8
+  // cache with an fp8 query at B 128 8k (decode and verify 4, H 32 and 128).
+  constexpr auto fast = ops::MlaAttentionPrecision::fast;
+  constexpr auto automatic = ops::MlaAttentionKernel::automatic;
+  for (const int64_t ctx : {1024, 8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, 1, ctx, automatic, fast);
+  for (const int64_t ctx : {8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, 128, ctx, automatic, fast);
+  add(DType::bf16, DType::bf16, 32, 1, 32, 32768, automatic, fast);
+  for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, automatic, fast);
+  for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, automatic, fast);
+  for (const int64_t H : {32, 128})
+    for (const int64_t q_len : {1, 4}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, automatic, fast);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

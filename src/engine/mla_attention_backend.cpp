@@ -63,8 +63,8 @@ MlaPathChoice mla_choose_prepare(MlaForwardMode mode, DType cache_dtype, bool ro
 }
 
 MlaAttentionBackend::MlaAttentionBackend(ops::Backend backend, const MlaStepBuffers& step, int64_t num_heads,
-                                         float softmax_scale)
-    : backend_(backend), step_(step), num_heads_(num_heads), softmax_scale_(softmax_scale) {
+                                         float softmax_scale, ops::MlaAttentionPrecision precision)
+    : backend_(backend), step_(step), num_heads_(num_heads), softmax_scale_(softmax_scale), precision_(precision) {
   if (step.device() != backend_device(backend))
     fail_arg(kOp, "step", str("buffers on ", device_name(backend_device(backend)), " (the backend's device)"),
              device_name(step.device()));
@@ -187,6 +187,7 @@ MlaForwardRecord MlaAttentionBackend::forward(const MlaLayerOutputs& out, MlaFor
   att.softmax_scale = softmax_scale_;
   att.kv_scale = in.kv_scale;
   att.q_scale = q_is_fp8 ? in.q_scale : 1.0f;
+  att.precision = precision_;
   ops::mla_attention(backend_, att, stream);
   const uint64_t c2 = ops::cuda::launch_count();
   rec.prepare_launches = c1 - c0;

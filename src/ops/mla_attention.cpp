@@ -66,6 +66,8 @@ void mla_attention_check(const MlaAttentionArgs& a) {
   check_positive_finite(op, "q_scale", a.q_scale);
   if (a.q.dtype == DType::bf16 && a.q_scale != 1.0f)
     fail_arg(op, "q_scale", "1 for a bf16 q (only an fp8 q carries a per-tensor scale)", str(a.q_scale));
+  if (a.precision != MlaAttentionPrecision::exact && a.precision != MlaAttentionPrecision::fast)
+    fail_arg(op, "precision", "MlaAttentionPrecision::exact or ::fast", str(static_cast<int>(a.precision)));
 }
 
 // Fill the GPU with one wave: batch * row_tiles CTAs already exist per split; multiply them

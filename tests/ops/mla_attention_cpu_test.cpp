@@ -10,6 +10,7 @@
 
 #include "testing/expect_error.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -202,6 +203,22 @@ TEST(MlaAttentionCpu, QScaleIsChecked) {
   // Accepted: fp8 q with any positive finite q_scale, bf16 q with 1.
   EXPECT_NO_THROW(mla_attention(Backend::cpu, p.args(false, 1.0f, true, 3.0f)));
   EXPECT_NO_THROW(mla_attention(Backend::cpu, p.args(false, 1.0f, false, 1.0f)));
+}
+
+// The precision is exact or fast; the CPU backend computes exactly in both (bit-identical),
+// and a value outside the enum is refused naming precision.
+TEST(MlaAttentionCpu, PrecisionIsCheckedAndTheCpuComputesExactlyInBoth) {
+  using testing_util::throws_error_with;
+  Problem p = make(3, 2, 40, 12);
+  MlaAttentionArgs a = p.args(true, 0.5f);
+  mla_attention(Backend::cpu, a);
+  const std::vector<uint16_t> exact = p.o;
+  a.precision = MlaAttentionPrecision::fast;
+  std::fill(p.o.begin(), p.o.end(), uint16_t{0x7fc0});  // poisoned (bf16 NaN) before the call
+  mla_attention(Backend::cpu, a);
+  EXPECT_EQ(p.o, exact);
+  a.precision = static_cast<MlaAttentionPrecision>(7);
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "precision", "exact", "7"}));
 }
 
 TEST(MlaAttentionCpu, NothingToAttend) {

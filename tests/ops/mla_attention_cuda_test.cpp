@@ -1,6 +1,6 @@
 // mla_attention on CUDA, what the matrix does not show: which mode of the WGMMA kernel ran (TMA
-// for a bf16 cache with page_size % 32 == 0, the relayout path otherwise: the path is proven,
-// not assumed, DESIGN.md rule 6), and a block-table entry outside the cache (device metadata
+// for a bf16 cache with page_size % 32 == 0, the relayout path otherwise; P split or rounded
+// once by the precision: the path is proven, not assumed, DESIGN.md rule 6), and a block-table entry outside the cache (device metadata
 // the kernel cannot reject) turning exactly the queries that see it into NaN on both kernels
 // and both modes, the rest matching the run without it bit for bit. Skipped without an sm_90a
 // GPU (the WGMMA kernel's requirement).
@@ -72,7 +72,8 @@ Problem make(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens
   return p;
 }
 
-MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel) {
+MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
+                      MlaAttentionPrecision precision = MlaAttentionPrecision::exact) {
   MlaAttentionArgs a;
   a.o = p.o.view();
   a.lse = p.lse.view();
@@ -83,15 +84,17 @@ MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel) {
   a.q_start = p.starts.view();
   a.softmax_scale = 0.0721687836f;
   a.cuda_kernel = kernel;
+  a.precision = precision;
   return a;
 }
 
 // Runs the op and returns the kernel names it launched.
-std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel) {
+std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
+                             MlaAttentionPrecision precision = MlaAttentionPrecision::exact) {
   std::vector<std::string> log;
   cuda::set_launch_log(&log);
   try {
-    mla_attention(Backend::cuda, args(p, kernel));
+    mla_attention(Backend::cuda, args(p, kernel, precision));
     device_sync();
   } catch (...) {
     cuda::set_launch_log(nullptr);
@@ -131,6 +134,36 @@ TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
   const auto fp8 = run(make(64, DType::fp8_e4m3, {100, 37}, 4), MlaAttentionKernel::automatic);
   EXPECT_TRUE(launched(fp8, "mla_attention_sm90_kernel<fp8 cache, bf16 q>"));
   EXPECT_FALSE(launched(fp8, "tma"));
+}
+
+// MlaAttentionPrecision::fast takes the WGMMA kernel's instantiation with P rounded once (its
+// name says ", fast P"; exact's does not), and that rounding shows in o: the two differ in some
+// elements (the matrix holds each to its own tolerance). v1 computes exactly in both modes:
+// bit-identical results. Both caches, TMA and relayout modes (page 64 and 48), ragged lengths
+// with several splits.
+TEST_F(MlaAttentionCuda, FastPrecisionRoundsPOnceOnTheWgmmaKernelOnly) {
+  for (DType dt : {DType::bf16, DType::fp8_e4m3})
+    for (int64_t ps : {64, 48}) {
+      const Problem p = make(ps, dt, {700, 37, 2000}, 6);
+      const std::string what = str("dtype ", dtype_name(dt), " page ", ps);
+      const auto exact_log = run(p, MlaAttentionKernel::wgmma, MlaAttentionPrecision::exact);
+      const std::vector<uint16_t> exact = testing_util::download<uint16_t>(p.o);
+      const auto fast_log = run(p, MlaAttentionKernel::wgmma, MlaAttentionPrecision::fast);
+      const std::vector<uint16_t> fast = testing_util::download<uint16_t>(p.o);
+      EXPECT_TRUE(launched(fast_log, "mla_attention_sm90_kernel<")) << what;
+      EXPECT_TRUE(launched(fast_log, ", fast P>")) << what;
+      EXPECT_TRUE(launched(exact_log, "mla_attention_sm90_kernel<")) << what;
+      EXPECT_FALSE(launched(exact_log, "fast P")) << what;
+      size_t differ = 0;
+      for (size_t i = 0; i < exact.size(); ++i) differ += exact[i] != fast[i];
+      EXPECT_GT(differ, exact.size() / 100) << what << ": P rounded once should move some o elements";
+
+      run(p, MlaAttentionKernel::mma_sync, MlaAttentionPrecision::exact);
+      const std::vector<uint16_t> v1_exact = testing_util::download<uint16_t>(p.o);
+      const auto v1_fast_log = run(p, MlaAttentionKernel::mma_sync, MlaAttentionPrecision::fast);
+      EXPECT_FALSE(launched(v1_fast_log, "fast P")) << what;
+      EXPECT_EQ(testing_util::download<uint16_t>(p.o), v1_exact) << what << ": v1 ignores the precision";
+    }
 }
 
 // Sequence 1's second page is outside the cache: its query becomes NaN (every key of a decode

@@ -25,6 +25,7 @@
 
 #include "kestrel/engine/mla_step_buffers.h"
 #include "kestrel/ops/backend.h"
+#include "kestrel/ops/mla_attention.h"  // MlaAttentionPrecision
 
 namespace kestrel::engine {
 
@@ -89,8 +90,10 @@ class MlaAttentionBackend {
  public:
   // `step` must outlive the backend and live on backend's device; num_heads = H of every MLA
   // layer; softmax_scale > 0 (Kimi: 192^-0.5). Allocates the query buffers once:
-  // [max_tokens, H, 576] in fp8 and in bf16.
-  MlaAttentionBackend(ops::Backend backend, const MlaStepBuffers& step, int64_t num_heads, float softmax_scale);
+  // [max_tokens, H, 576] in fp8 and in bf16. `precision` goes to every mla_attention call
+  // (exact by default; fast rounds P once, as FlashMLA does: docs/ops/mla_attention.md).
+  MlaAttentionBackend(ops::Backend backend, const MlaStepBuffers& step, int64_t num_heads, float softmax_scale,
+                      ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact);
 
   // One layer call on `stream` (the CPU backend ignores it): prepare by mla_choose_prepare,
   // then mla_attention on the prepared query (fp8 or bf16, as built) over the step buffers'
@@ -109,6 +112,7 @@ class MlaAttentionBackend {
   const MlaStepBuffers& step_;
   int64_t num_heads_;
   float softmax_scale_;
+  ops::MlaAttentionPrecision precision_;
   Tensor q_fp8_;   // [max_tokens, H, 576] fp8_e4m3: the query of the fp8-cache paths
   Tensor q_bf16_;  // [max_tokens, H, 576] bf16: the query of the bf16-cache paths
   MlaForwardRecord last_;

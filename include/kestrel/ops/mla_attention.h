@@ -18,6 +18,14 @@ enum class MlaAttentionKernel : uint8_t {
   wgmma,     // v2: sm_90a WGMMA, producer warpgroup + mbarrier ring (mla_attention_sm90.cu)
 };
 
+// How the softmax weights P enter the P V product on the CUDA WGMMA kernel (v2). `exact` (the
+// default) carries P to about f32 accuracy (P split as hi + lo in the product dtype, two
+// products): o within the op's stated tolerance. `fast` rounds P once to the product dtype
+// (bf16; f16 when the cache and q are both fp8), as FlashMLA and FlashInfer do: half the P V
+// tensor work, and o within a further 2^-8 * kv_scale * max|v| (docs/ops/mla_attention.md,
+// "Tolerance"). The CPU backend and v1 compute exactly in both modes (inside both tolerances).
+enum class MlaAttentionPrecision : uint8_t { exact, fast };
+
 struct MlaAttentionArgs {
   TensorView o;            // [Tq, H, 512] bf16, any strides
   TensorView lse;          // optional [Tq, H] f32, any strides: ln(sum_j exp(score_j)), natural log
@@ -35,6 +43,7 @@ struct MlaAttentionArgs {
                            // Both scales are folded into the QK product:
                            // score = (softmax_scale * kv_scale * q_scale) * sum_d dec(q_d) dec(k_d)
   MlaAttentionKernel cuda_kernel = MlaAttentionKernel::automatic;  // CUDA only: see above
+  MlaAttentionPrecision precision = MlaAttentionPrecision::exact;  // see above
 };
 
 void mla_attention_check(const MlaAttentionArgs& a);

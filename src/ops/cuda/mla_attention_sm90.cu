@@ -49,7 +49,10 @@
 // decode case); plain bf16 P errs by up to ~2^-8 max|v| = 3.9e-3 max|v| (~1e-3 typical with
 // few keys), 100x over, and 2 bf16 ulps of o cannot absorb it because |o| << max|v| after
 // averaging. So the split stays (same arithmetic as v1, same error); it costs PV tensor time
-// (3.28 M instead of 2.23 M MACs per tile) and the V reads twice.
+// (3.28 M instead of 2.23 M MACs per tile) and the V reads twice. MlaAttentionPrecision::fast
+// asks for P rounded once, as FlashMLA and FlashInfer compute it: kSplitP = false (hi only, in
+// registers and in the hand-over buffer; one PV product per k-step), with its own stated
+// tolerance (+ 2^-8 kv_scale max|v| on o, docs/ops/mla_attention.md).
 //
 // Shared memory (dynamic, from a 1024-byte-aligned base; 232,128 B with the alignment slack,
 // 320 B under the limit):
@@ -139,6 +142,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <string>
 
 #include "common.cuh"
 #include "cp_async.cuh"
@@ -158,7 +162,6 @@ constexpr int kStagesTma = 4;          // TMA mode: stages 3 and 4 in the stagin
 constexpr int kRawSlots = 3;           // staging slots (most of any mode: bf16 relayout)
 constexpr int kRawBytes = 2 * kKvBytes;  // the staging room (relayout modes) = TMA mode's stages 3, 4
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
-constexpr bool kSplitP = true;         // P as hi + lo bf16 (see "P precision")
 constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (lazy rescaling)
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
 
@@ -491,10 +494,11 @@ __device__ __forceinline__ void rescale_rows(float (&o)[128], float (&l)[2], con
   for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
-// P (in sc) as hi = bf16(p), lo = bf16(p - hi) (kF16: f16, a finer split): the A fragments of
-// the two PV k-steps (registers (8 ks + 2 e, 8 ks + 2 e + 1) -> .b32 e, p_reg_of), also stored
-// to the P buffer (hi at p_hi, lo at p_hi + kPBytes) for the other warpgroup.
-template <bool kF16>
+// P (in sc) as hi = bf16(p), lo = bf16(p - hi) (kF16: f16, a finer split; kSplitP false: hi
+// only): the A fragments of the two PV k-steps (registers (8 ks + 2 e, 8 ks + 2 e + 1) -> .b32
+// e, p_reg_of), also stored to the P buffer (hi at p_hi, lo at p_hi + kPBytes) for the other
+// warpgroup.
+template <bool kF16, bool kSplitP>
 __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32_t (&a_hi)[2][4], uint32_t (&a_lo)[2][4],
                                                    uint8_t* p_hi, int t) {
 #pragma unroll
@@ -506,22 +510,23 @@ __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32
       if constexpr (kF16) {
         const __half2 hi = __floats2half2_rn(p0, p1);
         a_hi[ks][e] = *reinterpret_cast<const uint32_t*>(&hi);
-        a_lo[ks][e] = pack_f16(p0 - __low2float(hi), p1 - __high2float(hi));
+        if constexpr (kSplitP) a_lo[ks][e] = pack_f16(p0 - __low2float(hi), p1 - __high2float(hi));
       } else {
         const uint32_t hi = pack_bf16x2(p0, p1);
         a_hi[ks][e] = hi;
-        a_lo[ks][e] = pack_bf16x2(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
+        if constexpr (kSplitP)
+          a_lo[ks][e] = pack_bf16x2(p0 - __uint_as_float(hi << 16), p1 - __uint_as_float(hi & 0xffff0000u));
       }
       const uint32_t off = p_offset(frag_d_row(t, i), frag_d_col(t, i));
       *reinterpret_cast<uint32_t*>(p_hi + off) = a_hi[ks][e];
-      *reinterpret_cast<uint32_t*>(p_hi + kPBytes + off) = a_lo[ks][e];
+      if constexpr (kSplitP) *reinterpret_cast<uint32_t*>(p_hi + kPBytes + off) = a_lo[ks][e];
     }
 }
 
-// O += P V over one tile's 32 keys (2 k-steps), P split as hi then lo (see "P precision"): P
-// from this warpgroup's registers (its own tile) or from the shared P buffer at `p_smem` (the
-// other warpgroup's tile).
-template <bool kF16>
+// O += P V over one tile's 32 keys (2 k-steps), P split as hi then lo (see "P precision"; hi
+// only when !kSplitP): P from this warpgroup's registers (its own tile) or from the shared P
+// buffer at `p_smem` (the other warpgroup's tile).
+template <bool kF16, bool kSplitP>
 __device__ __forceinline__ void pv_from_registers(float (&o)[128], const uint32_t (&a_hi)[2][4],
                                                   const uint32_t (&a_lo)[2][4], uint32_t kv, int c) {
 #pragma unroll
@@ -531,7 +536,7 @@ __device__ __forceinline__ void pv_from_registers(float (&o)[128], const uint32_
     for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_rs<kF16>(o, a_lo[ks], v_desc(kv, c, ks));
   }
 }
-template <bool kF16>
+template <bool kF16, bool kSplitP>
 __device__ __forceinline__ void pv_from_shared(float (&o)[128], uint32_t p_smem, uint32_t kv, int c) {
 #pragma unroll
   for (int ks = 0; ks < 2; ++ks) wgmma_m64n256k16_ss<kF16>(o, p_desc(p_smem, ks), v_desc(kv, c, ks));
@@ -541,7 +546,7 @@ __device__ __forceinline__ void pv_from_shared(float (&o)[128], uint32_t p_smem,
   }
 }
 
-template <bool kQFp8, bool kF16>
+template <bool kQFp8, bool kF16, bool kSplitP>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t, int nst) {
   const int lane = t % 32, tq = t % 4;
@@ -625,7 +630,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
         }
         named_bar_sync(kBarWgP, 128);  // (warpgroup 0) every warp's P_b V_b of the last pair retired
-        pack_and_publish_p<kF16>(sc, a_hi, a_lo, p_mine, t);
+        pack_and_publish_p<kF16, kSplitP>(sc, a_hi, a_lo, p_mine, t);
         if (tq == 0) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
@@ -636,7 +641,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         fence_proxy_async();  // P_a (generic stores) -> the async proxy of warpgroup 1's wgmma
         named_bar_arrive(kBarP0Full, 256);
         wgmma_fence();
-        pv_from_registers<kF16>(o, a_hi, a_lo, kva, c);
+        pv_from_registers<kF16, kSplitP>(o, a_hi, a_lo, kva, c);
         wgmma_commit();
         if (has_b) {
           named_bar_sync(kBarP1Full, 256);
@@ -653,7 +658,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           rescale_rows(o, l, alpha);
           mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
           wgmma_fence();
-          pv_from_shared<kF16>(o, p_other, kvb, c);
+          pv_from_shared<kF16, kSplitP>(o, p_other, kvb, c);
           wgmma_commit();  // retired at the next pair or the row tile's end
         } else {
           wgmma_wait<0>();
@@ -673,7 +678,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         rescale_rows(o, l, alpha);  // (nothing writes o now: the pair began with wait_group 0)
         mbar_wait(base + kBarFull + 8 * sta, (tia / nst) & 1);
         wgmma_fence();
-        pv_from_shared<kF16>(o, p_other, kva, c);
+        pv_from_shared<kF16, kSplitP>(o, p_other, kva, c);
         wgmma_commit();
         if (has_b) {
           wgmma_wait<1>();  // QK of b (committed before P_a V_a) is retired
@@ -693,7 +698,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
             for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
           }
           named_bar_sync(kBarWgP + 1, 128);  // (warpgroup 1) every warp's P_a V_a retired
-          pack_and_publish_p<kF16>(sb, a_hi, a_lo, p_mine, t);
+          pack_and_publish_p<kF16, kSplitP>(sb, a_hi, a_lo, p_mine, t);
           if (tq == 0) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
@@ -704,7 +709,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           fence_proxy_async();
           named_bar_arrive(kBarP1Full, 256);
           wgmma_fence();
-          pv_from_registers<kF16>(o, a_hi, a_lo, kvb, c);
+          pv_from_registers<kF16, kSplitP>(o, a_hi, a_lo, kvb, c);
           wgmma_commit();  // retired at the next pair or the row tile's end
         } else {
           wgmma_wait<0>();
@@ -788,7 +793,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 // per two values instead of four (e4m3 -> f16 is native; bf16 went through f32); P is split in
 // f16 (hi + lo carry 22 bits instead of 16).
 // tma: `map` describes the bf16 cache (TMA mode, see producer_tma); else it is unused.
-template <bool kFp8, bool kQFp8>
+template <bool kFp8, bool kQFp8, bool kSplitP>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map, int tma) {
   constexpr bool kF16 = kFp8 && kQFp8;
@@ -834,7 +839,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     producer<kFp8, kF16>(p, map, tma_mode, b, s, base, base_ptr, wt);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consumer<kQFp8, kF16>(p, s, split, base, base_ptr, wg - 1, wt, nst);
+    consumer<kQFp8, kF16, kSplitP>(p, s, split, base, base_ptr, wg - 1, wt, nst);
   }
 }
 
@@ -865,32 +870,49 @@ bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <bool kFp8, bool kQFp8>
+// The kernel's name in the launch log (tests read it to prove the path taken): the cache and
+// query dtypes, TMA mode, and ", fast P" when P is rounded once (MlaAttentionPrecision::fast).
+std::string kernel_name(bool fp8, bool q_fp8, bool tma, bool split_p) {
+  return str("mla_attention_sm90_kernel<", fp8 ? "fp8" : "bf16", " cache, ", q_fp8 ? "fp8" : "bf16", " q",
+             tma ? ", tma" : "", split_p ? "" : ", fast P", ">");
+}
+
+template <bool kFp8, bool kQFp8, bool kSplitP>
 void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_sm90_kernel<kFp8, kQFp8>,
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
+  static const std::string name = kernel_name(kFp8, kQFp8, false, kSplitP);
+  static const std::string name_tma = kernel_name(kFp8, kQFp8, true, kSplitP);
   CUtensorMap map{};
   const bool tma = !kFp8 && encode_kv_map(p, &map);
-  mla_attention_sm90_kernel<kFp8, kQFp8><<<grid, kThreads, kSmemBytes, s>>>(p, map, tma ? 1 : 0);
-  KESTREL_LAUNCHED(kFp8 ? (kQFp8 ? "mla_attention_sm90_kernel<fp8 cache, fp8 q>" : "mla_attention_sm90_kernel<fp8 cache, bf16 q>")
-                   : tma ? (kQFp8 ? "mla_attention_sm90_kernel<bf16 cache, fp8 q, tma>" : "mla_attention_sm90_kernel<bf16 cache, bf16 q, tma>")
-                         : (kQFp8 ? "mla_attention_sm90_kernel<bf16 cache, fp8 q>" : "mla_attention_sm90_kernel<bf16 cache, bf16 q>"));
+  mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP><<<grid, kThreads, kSmemBytes, s>>>(p, map, tma ? 1 : 0);
+  KESTREL_LAUNCHED((tma ? name_tma : name).c_str());
+}
+
+template <bool kSplitP>
+void launch_by_dtype(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, cudaStream_t s) {
+  if (fp8_cache && fp8_q) {
+    launch<true, true, kSplitP>(p, grid, s);
+  } else if (fp8_cache) {
+    launch<true, false, kSplitP>(p, grid, s);
+  } else if (fp8_q) {
+    launch<false, true, kSplitP>(p, grid, s);
+  } else {
+    launch<false, false, kSplitP>(p, grid, s);
+  }
 }
 
 }  // namespace
 
-void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, cudaStream_t s) {
-  if (fp8_cache && fp8_q) {
-    launch<true, true>(p, grid, s);
-  } else if (fp8_cache) {
-    launch<true, false>(p, grid, s);
-  } else if (fp8_q) {
-    launch<false, true>(p, grid, s);
+void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, bool split_p,
+                               cudaStream_t s) {
+  if (split_p) {
+    launch_by_dtype<true>(p, grid, fp8_cache, fp8_q, s);
   } else {
-    launch<false, false>(p, grid, s);
+    launch_by_dtype<false>(p, grid, fp8_cache, fp8_q, s);
   }
 }
 

@@ -13,7 +13,8 @@
 // Tolerance (docs/ops/mla_attention.md): o within 2 bf16 ulps of the rounded f64 reference
 // plus kv_scale * max|v| * eps_f32 * (4 A + 8 sqrt(L) + 64), A = softmax_scale * kv_scale *
 // q_scale * sum_d |dec(q_d)| * max|k| (a bound on |score| and on the magnitudes in its sum); lse within
-// 1e-4 absolute + 1678 f32 ulps (~1e-4 relative). The CI slice keeps each case under ~5e7
+// 1e-4 absolute + 1678 f32 ulps (~1e-4 relative). The fast precision ("-fastP": P rounded once
+// to bf16 / f16 before P V, as FlashMLA does) adds kv_scale * max|v| * 2^-8 to o's bound. The CI slice keeps each case under ~5e7
 // multiply-adds in the f64 reference; the full set adds 32k contexts with few heads and
 // H = 64, 96, 128.
 #include <algorithm>
@@ -102,7 +103,9 @@ const char* variant_name(Variant v) {
 enum : size_t { kO, kQ, kCache, kTable, kSeqLens, kQStart, kLse };
 
 void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed, DType q_dt = DType::bf16,
-              ops::MlaAttentionKernel kernel = ops::MlaAttentionKernel::automatic) {
+              ops::MlaAttentionKernel kernel = ops::MlaAttentionKernel::automatic,
+              ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact) {
+  const bool fast = precision == ops::MlaAttentionPrecision::fast;
   const Plan plan = make_plan(s, plan_seed);
   const bool strided = var == Variant::strided, with_lse = var != Variant::nolse;
   const bool fp8_q = q_dt == DType::fp8_e4m3;
@@ -119,7 +122,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
   Case c;
   c.op = "mla_attention";
   c.id = str("mla_attention/", s.tag, "-B", B, "-H", H, "-P", ps, "-", dtype_name(dt), fp8_q ? "-qfp8" : "", "-",
-             variant_name(var), kernel == ops::MlaAttentionKernel::mma_sync ? "-v1" : "");
+             variant_name(var), kernel == ops::MlaAttentionKernel::mma_sync ? "-v1" : "", fast ? "-fastP" : "");
   c.size = s.size;
 
   std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
@@ -140,6 +143,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
       if (i % kMlaRow < kMlaNope) max_v = std::max(max_v, a);
     }
     const double eps = std::ldexp(1.0, -23);
+    const double p_rounding = fast ? std::ldexp(1.0, -8) : 0.0;  // P rounded once: 2^-8 per weight
     std::vector<double> bound(static_cast<size_t>(Tq * H * kMlaNope));
     for (int64_t t = 0; t < Tq; ++t)
       for (int64_t h = 0; h < H; ++h) {
@@ -147,7 +151,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
         for (int64_t d = 0; d < kMlaRow; ++d) q1 += std::fabs(in.value(kQ, (t * H + h) * kMlaRow + d));
         const double A = static_cast<double>(softmax_scale) * kv_scale * q_scale * q1 * max_k;
         const double L = static_cast<double>(seq_lens[seq_of[t]]);
-        const double e = kv_scale * max_v * eps * (4.0 * A + 8.0 * std::sqrt(L) + 64.0);
+        const double e = kv_scale * max_v * (eps * (4.0 * A + 8.0 * std::sqrt(L) + 64.0) + p_rounding);
         std::fill_n(bound.begin() + (t * H + h) * kMlaNope, kMlaNope, e);
       }
     return bound;
@@ -187,6 +191,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
     a.kv_scale = kv_scale;
     a.q_scale = q_scale;
     a.cuda_kernel = kernel;
+    a.precision = precision;
     return a;
   };
   c.supports = supports_via<ops::MlaAttentionArgs>(
@@ -267,6 +272,22 @@ void add_mla_attention_cases(Registry& r, Size size) {
   const AttnShape odd_pages = {"mixed", 32, 3, {1, 1, 1, 2}, {50, 7, 130, 33}, Size::ci, false};
   for (DType dt : {DType::bf16, DType::fp8_e4m3})
     for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, dt, var, ++plan_seed);
+  // The fast precision (P rounded once on v2, its own tolerance; "-fastP"): the CI shapes that
+  // cover the seesaw's paths (ragged decode with splits, verify, an extend over 8 row tiles, the
+  // masked batch) with both caches, the ragged decode also with an fp8 query (the fp8 cache then
+  // runs the f16 instantiation) and every tensor strided; the full set adds the H 128 verify.
+  constexpr auto fastp = ops::MlaAttentionPrecision::fast;
+  constexpr auto automatic = ops::MlaAttentionKernel::automatic;
+  for (size_t k : {size_t{0}, size_t{3}, size_t{5}, size_t{7}})
+    for (DType dt : {DType::bf16, DType::fp8_e4m3})
+      add_case(r, ci[k], dt, Variant::plain, ++plan_seed, DType::bf16, automatic, fastp);
+  for (DType dt : {DType::bf16, DType::fp8_e4m3})
+    add_case(r, ci[0], dt, Variant::strided, ++plan_seed, DType::fp8_e4m3, automatic, fastp);
+  if (size == Size::full) {
+    const AttnShape h128 = {"verify", 128, 64, {1, 2, 4, 8}, {300, 150, 257, 100}, Size::full, true};
+    for (DType dt : {DType::bf16, DType::fp8_e4m3})
+      for (DType q_dt : {DType::bf16, DType::fp8_e4m3}) add_case(r, h128, dt, Variant::plain, ++plan_seed, q_dt, automatic, fastp);
+  }
 }
 
 }  // namespace kestrel::matrix
