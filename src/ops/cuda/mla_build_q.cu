@@ -14,7 +14,7 @@ struct MlaBuildQParams {
   const uint16_t* q_pe;    // [T, H, 64] bf16
   int64_t o_s0, o_s1, o_s2, n_s0, n_s1, n_s2, p_s0, p_s1, p_s2;
   int64_t T, H;
-  float scale;
+  mla::DivScale scale;
 };
 
 // 8 warps per block: there are T * H rows, plenty to fill the GPU.
@@ -55,7 +55,7 @@ void mla_build_q(const MlaBuildQArgs& a, Stream stream) {
   p.p_s0 = a.q_pe.stride(0); p.p_s1 = a.q_pe.stride(1); p.p_s2 = a.q_pe.stride(2);
   p.T = a.q_out.size(0);
   p.H = a.q_out.size(1);
-  p.scale = a.scale;
+  p.scale = mla::div_scale(a.scale);
   if (p.T * p.H == 0) return;
   const int blocks = static_cast<int>((p.T * p.H + kWarps - 1) / kWarps);
   const cudaStream_t s = as_cuda(stream);

@@ -23,7 +23,7 @@ struct Elementwise3 {
   const void* in;   // [n0, n1, n2] bf16
   int64_t n[3], so[3], si[3];
   int64_t numel;
-  float scale;
+  mla::DivScale scale;
 };
 
 constexpr int kThreads = 256;
@@ -100,7 +100,7 @@ void launch_cast(const TensorView& out, const TensorView& in, const Shape& n, co
   p.in = in.data;
   for (int d = 0; d < 3; ++d) { p.n[d] = n[d]; p.so[d] = so[d]; p.si[d] = si[d]; }
   p.numel = n[0] * n[1] * n[2];
-  p.scale = scale;
+  p.scale = mla::div_scale(scale);
   mla_chain_cast_kernel<<<grid_for(p.numel), kThreads, 0, s>>>(p);
   KESTREL_LAUNCHED("mla_chain_cast_kernel");
 }

@@ -24,7 +24,7 @@ struct MlaPrepareFusedParams {
   int* invalid_count;      // [1] or nullptr
   int64_t cache_s0, cache_s1, loc_s0, k_nope_s0, k_pe_s0, q_out_s0, q_out_s1, q_nope_s0, q_nope_s1, q_pe_s0, q_pe_s1;
   int64_t page_size, slots, T, H;
-  float kv_scale, q_scale;
+  mla::DivScale kv_scale, q_scale;
   bool loc_i64;
 };
 
@@ -35,7 +35,10 @@ int warps_per_block(int64_t rows) { return rows <= 768 ? 4 : 8; }
 
 // One row per warp, measured against more (each warp issuing the loads of all its rows before
 // converting any) on the H200 (2026-11-29, us at T = 64 / 1024 / 4096, H = 32): 1 row 3.89 /
-// 19.4 / 69.6, 2 rows 4.74 / 21.0 / 70.1, 4 rows 6.87 / 26.3 / 83.2.
+// 19.4 / 69.6, 2 rows 4.74 / 21.0 / 70.1, 4 rows 6.87 / 26.3 / 83.2. Later, with the
+// power-of-two scale's multiply in place of 18 IEEE divisions per lane (mla_rows.cuh, DivScale;
+// instructions -47%): 3.69 / 17.9 / 63.9 -> 3.07 / 15.9 / 56.3 (graph replay; docs/perf.md).
+// A 32-bit index division in place of the 64-bit one measured no faster (3.06 us at T = 64).
 __global__ void __launch_bounds__(kMaxWarps * 32) mla_prepare_fp8_fused_kernel(MlaPrepareFusedParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
@@ -79,8 +82,8 @@ void mla_prepare_fp8_fused(const MlaPrepareFp8Args& a, Stream stream) {
   p.slots = a.cache.size(0) * a.cache.size(1);
   p.T = a.loc.size(0);
   p.H = a.q_nope.size(1);
-  p.kv_scale = a.kv_scale;
-  p.q_scale = a.q_scale;
+  p.kv_scale = mla::div_scale(a.kv_scale);
+  p.q_scale = mla::div_scale(a.q_scale);
   p.loc_i64 = a.loc.dtype == DType::i64;
   if (p.T == 0) return;
   const int64_t rows = p.T * (p.H + 1);

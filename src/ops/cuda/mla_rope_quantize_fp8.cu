@@ -5,7 +5,7 @@
 //
 // The rotation is written with explicit intrinsics, in the spec's order, so that nvcc cannot
 // contract or reorder it: y_a = __fmaf_rn(x_a, c, -__fmul_rn(x_b, s)),
-// y_b = __fmaf_rn(x_b, c, __fmul_rn(x_a, s)), then enc(__fdiv_rn(y, scale)). The CPU reference
+// y_b = __fmaf_rn(x_b, c, __fmul_rn(x_a, s)), then enc(y / scale) (mla_rows.cuh). The CPU reference
 // does the same with std::fma, so the bytes match. A position outside the table zeroes the
 // token's q rows and skips its cache row; a slot outside the cache skips the cache row; each
 // is counted in invalid_count (once per token) when given. Nothing is read or written out of
@@ -31,7 +31,7 @@ struct MlaRopeParams {
   int64_t o_s0, o_s1, o_s2, cache_s0, cache_s1, loc_s0, qn_s0, qn_s1, qn_s2, qp_s0, qp_s1, qp_s2;
   int64_t kn_s0, kn_s1, kp_s0, kp_s1, cs_s0, cs_s1, pos_s0;
   int64_t page_size, slots, max_pos, T, H;
-  float q_scale, kv_scale;
+  mla::DivScale q_scale, kv_scale;
   bool loc_i64, pos_i64, is_neox;
 };
 
@@ -40,7 +40,7 @@ constexpr int kWarps = 8;
 // One fp8 row: nope quantised, pe rotated (pair `lane`) then quantised.
 __device__ __forceinline__ void rope_row(uint8_t* out, int64_t out_s, const uint16_t* nope, int64_t nope_s,
                                          const uint16_t* pe, int64_t pe_s, const float* cs, int64_t cs_s1,
-                                         bool is_neox, float scale, int lane) {
+                                         bool is_neox, mla::DivScale scale, int lane) {
   for (int j = lane; j < mla::kNope; j += 32) out[j * out_s] = mla::enc(mla::bf16_bits_to_f32(nope[j * nope_s]), scale);
   const int ia = is_neox ? lane : 2 * lane, ib = is_neox ? lane + mla::kPe / 2 : 2 * lane + 1;
   const float c = cs[lane * cs_s1], s = cs[(lane + mla::kPe / 2) * cs_s1];
@@ -116,8 +116,8 @@ void mla_rope_quantize_fp8(const MlaRopeQuantizeFp8Args& a, Stream stream) {
   p.max_pos = a.cos_sin.size(0);
   p.T = a.loc.size(0);
   p.H = a.q_out.size(1);
-  p.q_scale = a.q_scale;
-  p.kv_scale = a.kv_scale;
+  p.q_scale = mla::div_scale(a.q_scale);
+  p.kv_scale = mla::div_scale(a.kv_scale);
   p.loc_i64 = a.loc.dtype == DType::i64;
   p.pos_i64 = a.positions.dtype == DType::i64;
   p.is_neox = a.is_neox;

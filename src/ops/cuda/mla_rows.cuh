@@ -1,11 +1,12 @@
 // Device pieces shared by the MLA cache and prepare kernels: slot resolution and the one row
 // conversion [nope (512) | pe (64)] (bf16 in) -> bf16 (a raw copy) or fp8 (enc(x / scale)).
 // Every kernel that writes an MLA row goes through these, so the fused kernel, the chain and
-// the single ops cannot disagree about a byte. The quantisation is an IEEE division
-// (__fdiv_rn, never a reciprocal multiply) followed by the saturating encode, exactly the CPU
-// reference's f32_to_fp8_e4m3(x / scale).
+// the single ops cannot disagree about a byte. The quantisation is x / scale correctly rounded
+// (the IEEE division, __fdiv_rn, or a multiply that gives the same bits: DivScale) followed by
+// the saturating encode, exactly the CPU reference's f32_to_fp8_e4m3(x / scale).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "common.cuh"
@@ -17,8 +18,40 @@ inline constexpr int kNope = 512, kPe = 64, kRow = 576;
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
 
-__device__ __forceinline__ uint8_t enc(float x, float scale) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3));
+// A quantisation scale as the encoders take it. For a power-of-two scale, 1 / scale is exact
+// and x * (1 / scale) is the same real number as x / scale, rounded once: the bits of the IEEE
+// division for every x (NaN, infinities, signed zeros, subnormals). That is one FMUL where
+// __fdiv_rn costs a reciprocal, its refinement and a range check per element (18 divisions per
+// lane and row in the vector row below). Other scales keep __fdiv_rn. The host builds it
+// (div_scale), so the choice is uniform over a launch.
+struct DivScale {
+  float scale;
+  float inv;  // 1 / scale when exact (scale a power of two), else 0
+};
+inline DivScale div_scale(float scale) {
+  int e = 0;
+  const bool pow2 = std::isfinite(scale) && scale != 0.0f && std::frexp(scale, &e) == 0.5f;
+  const float inv = pow2 ? 1.0f / scale : 0.0f;  // a power of two: exact unless it overflows
+  return {scale, pow2 && std::isfinite(inv) && inv * scale == 1.0f ? inv : 0.0f};
+}
+// Calls f(div) with div(x) = x / scale, the way chosen once for the whole body (a branch per
+// element would serialise the elements' conversions).
+template <typename F>
+__device__ __forceinline__ void with_divide(DivScale s, F&& f) {
+  if (s.inv != 0.0f) {
+    f([inv = s.inv](float x) { return __fmul_rn(x, inv); });
+  } else {
+    f([scale = s.scale](float x) { return __fdiv_rn(x, scale); });
+  }
+}
+
+// The saturating e4m3 encode of an already divided value.
+__device__ __forceinline__ uint8_t encode(float q) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, __NV_E4M3));
+}
+// enc(x / scale) for one element (scalar paths).
+__device__ __forceinline__ uint8_t enc(float x, DivScale s) {
+  return encode(s.inv != 0.0f ? __fmul_rn(x, s.inv) : __fdiv_rn(x, s.scale));
 }
 
 __device__ __forceinline__ int64_t load_index(const void* p, bool i64, int64_t off) {
@@ -46,7 +79,7 @@ __device__ __forceinline__ int64_t slot_offset_counted(int64_t s, int64_t page_s
 // kFp8: out is fp8 bytes; else out is bf16 (raw 16-bit copies, scale unused).
 template <bool kFp8>
 __device__ __forceinline__ void warp_row_strided(void* out, int64_t out_s, const uint16_t* nope, int64_t nope_s,
-                                                 const uint16_t* pe, int64_t pe_s, float scale, int lane) {
+                                                 const uint16_t* pe, int64_t pe_s, DivScale scale, int lane) {
   for (int j = lane; j < kRow; j += 32) {
     const uint16_t h = j < kNope ? nope[j * nope_s] : pe[(j - kNope) * pe_s];
     if constexpr (kFp8) {
@@ -72,23 +105,23 @@ __device__ __forceinline__ RowIn load_row_vec(const uint16_t* nope, const uint16
   return {__ldg(src), __ldg(src + 1), __ldg(reinterpret_cast<const unsigned int*>(pe) + lane)};
 }
 
-__device__ __forceinline__ void store_row_fp8_vec(uint8_t* out, const RowIn& in, float scale, int lane) {
-  const uint32_t w[8] = {in.v0.x, in.v0.y, in.v0.z, in.v0.w, in.v1.x, in.v1.y, in.v1.z, in.v1.w};
-  uint32_t packed[4];
-  for (int k = 0; k < 4; ++k) {
-    const uint32_t lo = w[2 * k], hi = w[2 * k + 1];  // elements 4k .. 4k + 3, little-endian
-    packed[k] = static_cast<uint32_t>(enc(bf16_bits_to_f32(lo & 0xffffu), scale)) |
-                static_cast<uint32_t>(enc(bf16_bits_to_f32(lo >> 16), scale)) << 8 |
-                static_cast<uint32_t>(enc(bf16_bits_to_f32(hi & 0xffffu), scale)) << 16 |
-                static_cast<uint32_t>(enc(bf16_bits_to_f32(hi >> 16), scale)) << 24;
-  }
-  reinterpret_cast<uint4*>(out)[lane] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  const uint16_t pe8 = static_cast<uint16_t>(enc(bf16_bits_to_f32(in.pe & 0xffffu), scale)) |
-                       static_cast<uint16_t>(static_cast<uint16_t>(enc(bf16_bits_to_f32(in.pe >> 16), scale)) << 8);
-  reinterpret_cast<uint16_t*>(out + kNope)[lane] = pe8;
+__device__ __forceinline__ void store_row_fp8_vec(uint8_t* out, const RowIn& in, DivScale scale, int lane) {
+  with_divide(scale, [&](auto div) {
+    // Two bf16 (first in the low half) -> two e4m3 bytes (first in the low byte), one paired
+    // conversion (the same rounding as two single ones).
+    auto enc2 = [&](uint32_t two) {
+      const float2 q = make_float2(div(bf16_bits_to_f32(two & 0xffffu)), div(bf16_bits_to_f32(two >> 16)));
+      return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3));
+    };
+    const uint32_t w[8] = {in.v0.x, in.v0.y, in.v0.z, in.v0.w, in.v1.x, in.v1.y, in.v1.z, in.v1.w};
+    uint32_t packed[4];
+    for (int k = 0; k < 4; ++k) packed[k] = enc2(w[2 * k]) | enc2(w[2 * k + 1]) << 16;  // elements 4k .. 4k + 3
+    reinterpret_cast<uint4*>(out)[lane] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    reinterpret_cast<uint16_t*>(out + kNope)[lane] = static_cast<uint16_t>(enc2(in.pe));
+  });
 }
 
-__device__ __forceinline__ void warp_row_fp8_vec(uint8_t* out, const uint16_t* nope, const uint16_t* pe, float scale,
+__device__ __forceinline__ void warp_row_fp8_vec(uint8_t* out, const uint16_t* nope, const uint16_t* pe, DivScale scale,
                                                  int lane) {
   store_row_fp8_vec(out, load_row_vec(nope, pe, lane), scale, lane);
 }

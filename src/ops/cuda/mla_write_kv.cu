@@ -18,7 +18,7 @@ struct MlaWriteKvParams {
   int* invalid_count;      // [1] or nullptr
   int64_t cache_s0, cache_s1, loc_s0, k_nope_s0, k_nope_s1, k_pe_s0, k_pe_s1;
   int64_t page_size, slots, T;
-  float scale;
+  mla::DivScale scale;
   bool loc_i64;
 };
 
@@ -64,7 +64,7 @@ void mla_write_kv(const MlaWriteKvArgs& a, Stream stream) {
   p.page_size = a.cache.size(1);
   p.slots = a.cache.size(0) * a.cache.size(1);
   p.T = a.loc.size(0);
-  p.scale = a.scale;
+  p.scale = mla::div_scale(a.scale);
   p.loc_i64 = a.loc.dtype == DType::i64;
   if (p.T == 0) return;
   const int blocks = static_cast<int>((p.T + kWarps - 1) / kWarps);
