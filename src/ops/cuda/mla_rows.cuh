@@ -6,10 +6,10 @@
 // the saturating encode, exactly the CPU reference's f32_to_fp8_e4m3(x / scale).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 
 #include "common.cuh"
+#include "div_scale.h"
 #include "kestrel/ops/mla_write_kv.h"
 
 namespace kestrel::ops::cuda::mla {
@@ -18,24 +18,10 @@ inline constexpr int kNope = 512, kPe = 64, kRow = 576;
 
 __device__ __forceinline__ float bf16_bits_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
 
-// A quantisation scale as the encoders take it. For a power-of-two scale, 1 / scale is exact
-// and x * (1 / scale) is the same real number as x / scale, rounded once: the bits of the IEEE
-// division for every x (NaN, infinities, signed zeros, subnormals). That is one FMUL where
-// __fdiv_rn costs a reciprocal, its refinement and a range check per element (18 divisions per
-// lane and row in the vector row below). Other scales keep __fdiv_rn. The host builds it
-// (div_scale), so the choice is uniform over a launch.
-struct DivScale {
-  float scale;
-  float inv;  // 1 / scale when exact (scale a power of two), else 0
-};
-inline DivScale div_scale(float scale) {
-  int e = 0;
-  const bool pow2 = std::isfinite(scale) && scale != 0.0f && std::frexp(scale, &e) == 0.5f;
-  const float inv = pow2 ? 1.0f / scale : 0.0f;  // a power of two: exact unless it overflows
-  return {scale, pow2 && std::isfinite(inv) && inv * scale == 1.0f ? inv : 0.0f};
-}
-// Calls f(div) with div(x) = x / scale, the way chosen once for the whole body (a branch per
-// element would serialise the elements' conversions).
+// x / scale: DivScale (div_scale.h) says whether the multiply by the exact inverse stands in for
+// the division (a power-of-two scale: the same bits), chosen on the host once per launch.
+// with_divide calls f(div) with div(x) = x / scale, the way chosen once for the whole body (a
+// branch per element would serialise the elements' conversions).
 template <typename F>
 __device__ __forceinline__ void with_divide(DivScale s, F&& f) {
   if (s.inv != 0.0f) {
