@@ -279,6 +279,23 @@ TEST(MlaAttentionSm90Layout, DescriptorFields) {
   EXPECT_EQ((v >> 32) & 0x3FFF, 1024u >> 4);
 }
 
+// The QK loop's descriptors (a base's low word plus a per-k-step immediate) equal q_desc /
+// k_desc for every 1024-aligned base a Q or KV tile can have in the kernel's shared memory and
+// every k-step: the start-address field never carries into the next field.
+TEST(MlaAttentionSm90Layout, IncrementalQkDescriptorsEqualTheDirectOnes) {
+  constexpr uint32_t kSmemLimit = 232448;  // the kernel's dynamic shared memory at most (sm_90)
+  int checked = 0;
+  for (uint32_t base = 0; base + sm::kQBytes <= kSmemLimit; base += 1024)
+    for (int kk = 0; kk < sm::kQkSteps; ++kk) {
+      ASSERT_EQ(sm::desc_of(sm::sw128_lo(base) + sm::q_step_lo(kk)), sm::q_desc(base, kk)) << base << " " << kk;
+      ++checked;
+    }
+  for (uint32_t base = 0; base + sm::kKvBytes <= kSmemLimit; base += 1024)
+    for (int kk = 0; kk < sm::kQkSteps; ++kk)
+      ASSERT_EQ(sm::desc_of(sm::sw128_lo(base) + sm::k_step_lo(kk)), sm::k_desc(base, kk)) << base << " " << kk;
+  EXPECT_GT(checked, 100 * sm::kQkSteps);
+}
+
 // The seesaw schedule's P exchange: the warpgroup that computed P (score registers, the
 // accumulator map) stores bf16 pairs at p_offset; the other reads P as the A operand of its PV
 // wgmma through p_desc(ks). Every (row, key) must come back, for both k-steps.

@@ -112,6 +112,12 @@
 //   wgmma registers  the accumulators are touched only after wait_group retires the wgmma
 //                    writing them (operand fences keep the compiler from moving the accesses).
 //
+// QK descriptors: each k-step's is the pair's base descriptor plus an immediate in the start
+// address field (mla_attention_sm90_layout.h, sw128_lo / q_step_lo / k_step_lo; equal to q_desc
+// / k_desc by the host test). Formed from scratch per k-step they cost ~13 instructions per wgmma
+// and put the QK issue loop at 25% of the stall samples (Nsight, fast mode, B128 8k H32); as
+// base + immediate: fast 1.04-1.06x, exact 1.01-1.03x (docs/perf.md, eighth session).
+//
 // Predicted and measured (H200: 4.26 TB/s copy, 132 SMs at ~1.78 GHz, gemm 812 TFLOP/s =
 // ~1,700 bf16 MACs / clock / SM, shared memory 128 B / clock / SM). Per 32-key tile and CTA:
 // tensor 3.28 M MACs = ~1,930 clk; shared-memory traffic ~319 KB bf16 = ~2,500 clk; HBM share
@@ -595,7 +601,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       const uint32_t tia = ti_run + 2 * pr, tib = tia + 1;
       const int sta = static_cast<int>(tia % nst), stb = static_cast<int>(tib % nst);
       const uint32_t kva = opaque(base + kOffKv + sta * kKvBytes), kvb = opaque(base + kOffKv + stb * kKvBytes);
-      const uint32_t q_smem = opaque(base + kOffQ);  // per pair: the 36 descriptors are not hoisted
+      const uint32_t q_smem = opaque(base + kOffQ);  // per pair: the 36 descriptors are not hoisted (registers)
       // The previous pair's last wgmma (PV of its tile b) is retired (unconditionally: a wait
       // under a condition makes ptxas serialise every wgmma, C7514 / C7515); then that tile is
       // released.
@@ -615,8 +621,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
         for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
         wgmma_fence();
+        const uint32_t q_lo = sw128_lo(q_smem), k_lo = sw128_lo(kv);  // k-step descriptors: base + immediate
 #pragma unroll
-        for (int kk = 0; kk < kQkSteps; ++kk) wgmma_m64n32k16_ss<kF16>(sc, q_desc(q_smem, kk), k_desc(kv, kk), kk > 0 ? 1 : 0);
+        for (int kk = 0; kk < kQkSteps; ++kk)
+          wgmma_m64n32k16_ss<kF16>(sc, desc_of(q_lo + q_step_lo(kk)), desc_of(k_lo + k_step_lo(kk)), kk > 0 ? 1 : 0);
         wgmma_commit();
       }
       float alpha[2];

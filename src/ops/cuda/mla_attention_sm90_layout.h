@@ -87,6 +87,21 @@ KESTREL_SM90_HD uint64_t q_desc(uint32_t q_base, int kk) {
 KESTREL_SM90_HD uint64_t k_desc(uint32_t kv_base, int kk) {
   return make_desc_sw128(kv_base + static_cast<uint32_t>((kk / 4) * kKvChunkBytes + (kk % 4) * 32), kLboUnused, kSbo);
 }
+// The QK descriptors as the kernel forms them: a descriptor's start-address field advances by a
+// compile-time amount per k-step, so a pair's loop derives every k-step's descriptor from one
+// base by adding (offset >> 4) to the low word (no carry: a 16-byte-aligned shared address below
+// 2^18 plus an in-range offset stays below 2^18, so the 14-bit field cannot overflow). Equal to
+// q_desc / k_desc for every such base (tests/ops/mla_attention_sm90_layout_test.cpp); on the H200
+// the per-k-step form (mask, shift, or, two register moves for each operand: ~13 instructions per
+// wgmma) held the QK issue loop at 25% of the kernel's stall samples.
+constexpr uint32_t kSw128Hi = (kSbo >> 4) | 1u << 30;  // the high word: stride byte offset, 128-byte swizzle
+KESTREL_SM90_HD uint32_t sw128_lo(uint32_t start) {
+  return static_cast<uint32_t>(desc_encode(start) | desc_encode(kLboUnused) << 16);
+}
+KESTREL_SM90_HD uint32_t q_step_lo(int kk) { return static_cast<uint32_t>(((kk / 4) * kQChunkBytes + (kk % 4) * 32) >> 4); }
+KESTREL_SM90_HD uint32_t k_step_lo(int kk) { return static_cast<uint32_t>(((kk / 4) * kKvChunkBytes + (kk % 4) * 32) >> 4); }
+KESTREL_SM90_HD uint64_t desc_of(uint32_t lo) { return uint64_t{kSw128Hi} << 32 | lo; }
+
 // V (the same KV tile) as the B operand of the PV wgmma, MN-major (transposed B): K = keys
 // 16 ks .. 16 ks + 15, N = 256 value columns starting at column chunk 4 c. MN-major 128-byte
 // swizzle canonical layout ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO)), T = 8 values: 64 columns
