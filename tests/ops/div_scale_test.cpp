@@ -6,26 +6,15 @@
 // __fdiv_rn); and the choice itself: an inverse only where it is exact.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 
 #include "../../src/ops/cuda/div_scale.h"
 
 namespace kestrel::ops::cuda::mla {
 namespace {
-
-uint32_t bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, sizeof b);
-  return b;
-}
-float from_bits(uint32_t b) {
-  float x;
-  std::memcpy(&x, &b, sizeof x);
-  return x;
-}
 
 // volatile: the compiler must do the f32 operations as written (no contraction, no folding).
 float mul(float a, float b) {
@@ -62,12 +51,12 @@ TEST(DivScale, PowerOfTwoInverseGivesTheDivisionsBitsForEveryBf16) {
     const DivScale d = div_scale(s);
     ASSERT_NE(d.inv, 0.0f) << "2^" << e;
     for (uint32_t h = 0; h < 65536; ++h) {
-      const float x = from_bits(h << 16);
+      const float x = std::bit_cast<float>(h << 16);
       const float q_div = div(x, s), q_mul = mul(x, d.inv);
       if (std::isnan(q_div)) {
         ASSERT_TRUE(std::isnan(q_mul)) << "x bits " << h << ", scale 2^" << e;
       } else {
-        ASSERT_EQ(bits(q_mul), bits(q_div)) << "x bits " << h << ", scale 2^" << e;
+        ASSERT_EQ(std::bit_cast<uint32_t>(q_mul), std::bit_cast<uint32_t>(q_div)) << "x bits " << h << ", scale 2^" << e;
       }
       ++checked;
     }

@@ -79,14 +79,12 @@ constexpr uint32_t kLboUnused = 16;
 // Q as the A operand of the QK wgmma (K-major, M = 64 rows, K = features 16 kk .. 16 kk + 15):
 // the k-step starts 32 bytes further inside the same 128-byte rows while kk % 4 != 0, and in
 // the next column chunk every 4 steps.
-KESTREL_SM90_HD uint64_t q_desc(uint32_t q_base, int kk) {
-  return make_desc_sw128(q_base + static_cast<uint32_t>((kk / 4) * kQChunkBytes + (kk % 4) * 32), kLboUnused, kSbo);
-}
+KESTREL_SM90_HD uint32_t q_step_bytes(int kk) { return static_cast<uint32_t>((kk / 4) * kQChunkBytes + (kk % 4) * 32); }
+KESTREL_SM90_HD uint64_t q_desc(uint32_t q_base, int kk) { return make_desc_sw128(q_base + q_step_bytes(kk), kLboUnused, kSbo); }
 // K (the KV tile) as the B operand of the QK wgmma (K-major, N = the 32 keys, K = features
 // 16 kk ..): the same arrangement with 32-row chunks.
-KESTREL_SM90_HD uint64_t k_desc(uint32_t kv_base, int kk) {
-  return make_desc_sw128(kv_base + static_cast<uint32_t>((kk / 4) * kKvChunkBytes + (kk % 4) * 32), kLboUnused, kSbo);
-}
+KESTREL_SM90_HD uint32_t k_step_bytes(int kk) { return static_cast<uint32_t>((kk / 4) * kKvChunkBytes + (kk % 4) * 32); }
+KESTREL_SM90_HD uint64_t k_desc(uint32_t kv_base, int kk) { return make_desc_sw128(kv_base + k_step_bytes(kk), kLboUnused, kSbo); }
 // The QK descriptors as the kernel forms them: a descriptor's start-address field advances by a
 // compile-time amount per k-step, so a pair's loop derives every k-step's descriptor from one
 // base by adding (offset >> 4) to the low word (no carry: a 16-byte-aligned shared address below
@@ -94,13 +92,12 @@ KESTREL_SM90_HD uint64_t k_desc(uint32_t kv_base, int kk) {
 // q_desc / k_desc for every such base (tests/ops/mla_attention_sm90_layout_test.cpp); on the H200
 // the per-k-step form (mask, shift, or, two register moves for each operand: ~13 instructions per
 // wgmma) held the QK issue loop at 25% of the kernel's stall samples.
-constexpr uint32_t kSw128Hi = (kSbo >> 4) | 1u << 30;  // the high word: stride byte offset, 128-byte swizzle
-KESTREL_SM90_HD uint32_t sw128_lo(uint32_t start) {
-  return static_cast<uint32_t>(desc_encode(start) | desc_encode(kLboUnused) << 16);
-}
-KESTREL_SM90_HD uint32_t q_step_lo(int kk) { return static_cast<uint32_t>(((kk / 4) * kQChunkBytes + (kk % 4) * 32) >> 4); }
-KESTREL_SM90_HD uint32_t k_step_lo(int kk) { return static_cast<uint32_t>(((kk / 4) * kKvChunkBytes + (kk % 4) * 32) >> 4); }
-KESTREL_SM90_HD uint64_t desc_of(uint32_t lo) { return uint64_t{kSw128Hi} << 32 | lo; }
+// sw128_lo: the low word of q_desc / k_desc's descriptor at `start`; desc_of: the descriptor of
+// such a low word (the high word is the same for both).
+KESTREL_SM90_HD uint32_t sw128_lo(uint32_t start) { return static_cast<uint32_t>(make_desc_sw128(start, kLboUnused, kSbo)); }
+KESTREL_SM90_HD uint64_t desc_of(uint32_t lo) { return (make_desc_sw128(0, kLboUnused, kSbo) & ~uint64_t{0xFFFFFFFFu}) | lo; }
+KESTREL_SM90_HD uint32_t q_step_lo(int kk) { return q_step_bytes(kk) >> 4; }
+KESTREL_SM90_HD uint32_t k_step_lo(int kk) { return k_step_bytes(kk) >> 4; }
 
 // V (the same KV tile) as the B operand of the PV wgmma, MN-major (transposed B): K = keys
 // 16 ks .. 16 ks + 15, N = 256 value columns starting at column chunk 4 c. MN-major 128-byte

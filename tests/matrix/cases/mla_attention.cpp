@@ -21,6 +21,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string_view>
 
 #include "kestrel/ops/mla_attention.h"
 #include "matrix/cases/common.h"
@@ -283,10 +284,10 @@ void add_mla_attention_cases(Registry& r, Size size) {
       add_case(r, ci[k], dt, Variant::plain, ++plan_seed, DType::bf16, automatic, fastp);
   for (DType dt : {DType::bf16, DType::fp8_e4m3})
     add_case(r, ci[0], dt, Variant::strided, ++plan_seed, DType::fp8_e4m3, automatic, fastp);
-  if (size == Size::full) {
-    const AttnShape h128 = {"verify", 128, 64, {1, 2, 4, 8}, {300, 150, 257, 100}, Size::full, true};
+  for (const AttnShape& s : shapes(size)) {
+    if (s.size != Size::full || std::string_view(s.tag) != "verify" || s.H != 128) continue;
     for (DType dt : {DType::bf16, DType::fp8_e4m3})
-      for (DType q_dt : {DType::bf16, DType::fp8_e4m3}) add_case(r, h128, dt, Variant::plain, ++plan_seed, q_dt, automatic, fastp);
+      for (DType q_dt : {DType::bf16, DType::fp8_e4m3}) add_case(r, s, dt, Variant::plain, ++plan_seed, q_dt, automatic, fastp);
   }
 }
 
