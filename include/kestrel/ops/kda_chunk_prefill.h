@@ -35,7 +35,7 @@ struct KdaChunkPrefillArgs {
 
 // CUDA: the chunk workspace takes this many bytes per (chunk slot, head); a call's chunk slots
 // are N + floor(T / 64). (The unit of max_workspace_bytes; the kernels static_assert it.)
-inline constexpr int64_t kKdaChunkWorkspaceBytesPerSlotHead = 115200;
+inline constexpr int64_t kKdaChunkWorkspaceBytesPerSlotHead = 71168;
 
 void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a);
 Support kda_chunk_prefill_supports(Backend b, const KdaChunkPrefillArgs& a);

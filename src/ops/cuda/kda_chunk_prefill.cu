@@ -13,20 +13,22 @@
 // the op 0.60 ms at T = 4096, H = 32 (at 75ea844 1.66x fla in one job), 9.5 ms at 64k (0.88x).
 // Then the state kernel on bf16 tensor cores (3xBF16, c0957e6), its workspace by bulk copies
 // (8e948c5) and the intra kernel's P1 without divergence (2490a75): state ~198 us, intra
-// ~190-210 us, the op ~0.41 ms at T = 4096, H = 32 and ~6.3 ms at 64k (docs/perf.md).
+// ~190-210 us, the op ~0.41 ms at T = 4096, H = 32 and ~6.3 ms at 64k (docs/perf.md). Then
+// every state product on f16 tensor cores, one pass, and the workspace in f16 (71,168 bytes per
+// (chunk, head), was 115,200 with bf16 hi / lo parts): at T = 16k, H = 32 state 762 -> 537 us,
+// intra 822 -> 695 us, the op 1.58 -> 1.23 ms (1.25-1.28x at every shape measured).
 //
 // v2: two kernels. (v1, one f32 SIMT CTA per (sequence, head, 32 value columns) walking every
 // chunk and redoing the state-independent work per tile, ran 2.63 ms at T = 4096, H = 32.)
 //   1. kda_chunk_prefill_intra.cuh: one CTA per (chunk, head), all chunks of all sequences at
 //      once: gates, cumsum, kk / qk (off-diagonal blocks on tensor cores), the UT transform;
-//      writes the chunk's Qg, Kg, Kd, Tm = (I + L)^-1 diag(beta), Aqk (bf16, hi / lo parts where
-//      the state's path needs them) and decay to a workspace (layout in
-//      kda_chunk_prefill_common.cuh, 115,200 bytes per (chunk, head)); 112,896 bytes of
+//      writes the chunk's Qg, Kg, Kd, Tm = (I + L)^-1 diag(beta), Aqk (f16) and decay to a
+//      workspace (layout in kda_chunk_prefill_common.cuh, 71,168 bytes per (chunk, head)); 112,896 bytes of
 //      shared memory and <= 128 registers, so two CTAs share an SM (the layout measured at 700.8 us
 //      for T = 4096, H = 32 had 151,296 bytes and 140 registers: one CTA per SM, latency-bound);
 //   2. kda_chunk_prefill_state.cuh: one CTA per (sequence, head, 32 value columns), chunks in
 //      order: Vn = Tm (V - Kg S), O = Qg S + Aqk Vn, S = diag(dec) S + Kd^T Vn, every product
-//      on bf16 tensor cores (mma.sync m16n8k16, 3xBF16 on the state's path), the f32 state
+//      on f16 tensor cores (mma.sync m16n8k16, f32 accumulation, one pass), the f32 state
 //      tile in registers, the next chunk's workspace brought in by bulk copies under the compute.
 // Storing Tm and Kg (instead of the WY pair W = Tm Kg, U = Tm V) keeps the workspace
 // V-independent and smaller, and costs the state kernel one 64 x 64 x 32 triangular product.
@@ -34,8 +36,8 @@
 // below N + floor(T / 64); see chunk_slot_base), so both grids are sized from T and N alone and
 // the call stays capturable; unused slots exit at once. The workspace is stream-ordered scratch
 // (scratch_alloc: the device's default pool, kept mapped between calls), bounded by
-// max_workspace_bytes (default 1 GiB; 115,200 bytes per chunk slot and head, so a whole 64k-token
-// batch would take 3.8 GB at H = 32, 11.3 GB at H = 96): the slots run in windows of as many as
+// max_workspace_bytes (default 1 GiB; 71,168 bytes per chunk slot and head, so a whole 64k-token
+// batch would take 2.3 GB at H = 32, 7.0 GB at H = 96): the slots run in windows of as many as
 // fit, each window launching both kernels on its chunks only (Params::slot_lo .. slot_hi); the
 // state kernel starts a sequence's later windows from its slot, which holds the f32 state after
 // the window before (exactly: the kernel keeps it in f32 registers), so the results do not
@@ -44,21 +46,22 @@
 // Precision: v1's algorithm (every exponential of a difference Gam_i - Gam_j with i >= j, per
 // 16-row block reference points, so every factor is <= 1 however strong the decay); kernel 1
 // f32 with 3xTF32 (~f32) off-diagonal kk products and plain tf32 qk, MUFU exponentials; its
-// outputs rounded to bf16 for kernel 2, split as hi + lo (~2^-16 relative) where they feed the
-// carried state's path (Kg, Tm, Kd), hi only for the output-only Qg and Aqk; kernel 2 3xBF16 on
-// the state's path (Kg S, Tm Y, Kd^T Vn), plain bf16 for Qg S and Aqk Vn. A host emulation of
-// the products' precision (tools/kda_product_precision.py) against the f64 token recurrence at
-// T = 4096 puts outputs within 1.2e-4 (4.4e-4 with weak decay) and final states within 2.5e-6
-// (1.4e-5), against the 4e-3 allowance; the tf32 kernels before (emulated fragment-exactly)
-// erred 5.2e-5 / 1.7e-6.
+// outputs rounded to f16 for kernel 2; kernel 2 multiplies f16 operands (the state and Y, Vn
+// rounded to f16 too) with f32 accumulation, the state itself carried in f32. A host emulation
+// of the products' precision (tools/kda_product_precision.py) against the f64 token recurrence
+// at T = 4096 puts outputs within 2.0e-5 (1.1e-4 with weak decay) and final states within
+// 1.7e-4 (9.1e-4), against the 4e-3 allowance (kda_chunk_prefill_state.cuh says why f16).
+// Before: 3xBF16 on the state's path and bf16 output products, 1.3e-4 (4.6e-4) / 3.0e-6
+// (1.5e-5), three times the tensor work and twice the operand bytes; the tf32 kernels before
+// that (emulated fragment-exactly) erred 5.2e-5 / 1.7e-6.
 //
-// Bytes per (chunk, head): the workspace, 115,200 written once and read by each of the V / 32
+// Bytes per (chunk, head): the workspace, 71,168 written once and read by each of the V / 32
 // state CTAs of the head (from L2 when they run together), plus the token inputs (~1.3 KB per
 // (token, head) in bf16), the outputs, the states (K V 4 bytes each way per (sequence, head)) and
 // the checkpoints (K V 4 per (chunk, head)). FLOPs per (token, head) of the chunk algorithm:
 // 6 K V (Qg S, Kg S, Kd^T Vn) + 2 (C + 1) K (kk, qk, lower triangles) + 2 (C + 1) V (Tm Y,
 // Aqk Vn) + ~C^2 / 3 (the solve) ~ 133 K FLOPs at K = V = 128, C = 64 (bench/kda_chunk_prefill.cpp
-// uses this count); 3xBF16 / 3xTF32 triple the tensor-core work of the products they cover.
+// uses this count); 3xTF32 triples the tensor-core work of the products it covers.
 #include "kda_chunk_prefill_intra.cuh"
 #include "kda_chunk_prefill_state.cuh"
 #include "kestrel/ops/kda_chunk_prefill.h"

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include <cuda_fp16.h>
+
 #include "kda_common.cuh"
 #include "kestrel/ops/kda_chunk_prefill.h"
 
@@ -26,42 +28,39 @@ static_assert(kC == 4 * kB && kThreads == 256 && kTileV == 32, "the thread maps 
 // Workspace of one (chunk slot, head): the image of the state kernel's operand buffers in shared
 // memory, padded rows included, so that the state kernel loads each of its three groups with
 // one bulk copy (TMA) instead of ~6,700 16-byte copies per chunk whose address registers stalled
-// its warps. The pads (8 bf16 per row: ldmatrix rows 4 banks apart) and Tm's / Aqk's blocks above
-// the diagonal are never written nor read (copied as they are). The state kernel multiplies on
-// bf16 tensor cores (mma_bf16.cuh): operands on the carried state's path are stored split,
-// x ~ hi + lo (3xBF16, ~2^-16 relative), the output-only ones as hi only:
-//   qg     [64][128] bf16 hi       Qg = q_hat e^Gam               (O = Qg S)
-//   kg     [64][128] bf16 hi, lo   Kg = k_hat e^Gam               (Vn = Tm (V - Kg S))
-//   tm     [64][64]  bf16 hi, lo   Tm = (I + L)^-1 diag(beta), lower block triangle
-//   kd     [64][128] bf16 hi, lo   Kd = k_hat e^(Gam_last - Gam)  (S += Kd^T Vn)
-//   aqk    [64][64]  bf16 hi       Aqk, lower block triangle incl. the diagonal
-//   dec    [128]     f32           e^Gam_last (the state's decay over the chunk)
+// its warps. The pads (8 values per row: ldmatrix rows 4 banks apart) and Tm's / Aqk's blocks
+// above the diagonal are never written nor read (copied as they are). The state kernel
+// multiplies on f16 tensor cores (mma_bf16.cuh, mma_f16), so every operand is stored once, as
+// f16 (round to nearest even; the precision argument is in kda_chunk_prefill_state.cuh):
+//   qg     [64][128] f16   Qg = q_hat e^Gam                (O = Qg S)
+//   kg     [64][128] f16   Kg = k_hat e^Gam                (Vn = Tm (V - Kg S))
+//   tm     [64][64]  f16   Tm = (I + L)^-1 diag(beta), lower block triangle
+//   kd     [64][128] f16   Kd = k_hat e^(Gam_last - Gam)   (S += Kd^T Vn)
+//   aqk    [64][64]  f16   Aqk, lower block triangle incl. the diagonal
+//   dec    [128]     f32   e^Gam_last (the state's decay over the chunk)
 // Padded rows (C <= r < 64) are 0 in qg, kg, kd, and their rows and columns in tm are 0.
-using bf16 = __nv_bfloat16;
-inline constexpr int kLdA = kK + 8;  // rows of 128 bf16 (qg, kg, kd): 272 bytes
-inline constexpr int kLdT = kC + 8;  // rows of 64 bf16 (tm, aqk): 144 bytes
+using f16 = __half;
+inline constexpr int kLdA = kK + 8;  // rows of 128 f16 (qg, kg, kd): 272 bytes
+inline constexpr int kLdT = kC + 8;  // rows of 64 f16 (tm, aqk): 144 bytes
 struct alignas(16) WsImage {
-  bf16 qg[kC][kLdA];  // group 0: read in P5
-  bf16 kg_hi[kC][kLdA];
-  bf16 kg_lo[kC][kLdA];
-  bf16 tm_hi[kC][kLdT];  // group 1: P6
-  bf16 tm_lo[kC][kLdT];
-  bf16 kd_hi[kC][kLdA];  // group 2: P7
-  bf16 kd_lo[kC][kLdA];
-  bf16 aqk[kC][kLdT];
+  f16 qg[kC][kLdA];  // group 0: read in P5
+  f16 kg[kC][kLdA];
+  f16 tm[kC][kLdT];  // group 1: P6
+  f16 kd[kC][kLdA];  // group 2: P7
+  f16 aqk[kC][kLdT];
   float dec[kK];
 };
-inline constexpr int64_t kWsBytes = sizeof(WsImage);  // 115,200
+inline constexpr int64_t kWsBytes = sizeof(WsImage);  // 71,168
 static_assert(kWsBytes == kKdaChunkWorkspaceBytesPerSlotHead && kWsBytes % 16 == 0,
               "the size the header states; 16-byte aligned per (slot, head)");
 // The three groups: byte offset and size of each inside the image.
 __host__ __device__ constexpr uint32_t ws_group_offset(int g) {
-  return g == 0 ? 0u : g == 1 ? 3u * kC * kLdA * 2 : 3u * kC * kLdA * 2 + 2u * kC * kLdT * 2;
+  return g == 0 ? 0u : g == 1 ? 2u * kC * kLdA * 2 : 2u * kC * kLdA * 2 + kC * kLdT * 2;
 }
 __host__ __device__ constexpr uint32_t ws_group_bytes(int g) {
-  return g == 0 ? 3u * kC * kLdA * 2 : g == 1 ? 2u * kC * kLdT * 2 : 2u * kC * kLdA * 2 + kC * kLdT * 2 + kK * 4;
+  return g == 0 ? 2u * kC * kLdA * 2 : g == 1 ? kC * kLdT * 2 : kC * kLdA * 2 + kC * kLdT * 2 + kK * 4;
 }
-static_assert(ws_group_offset(1) == offsetof(WsImage, tm_hi) && ws_group_offset(2) == offsetof(WsImage, kd_hi) &&
+static_assert(ws_group_offset(1) == offsetof(WsImage, tm) && ws_group_offset(2) == offsetof(WsImage, kd) &&
                   ws_group_offset(2) + ws_group_bytes(2) == kWsBytes && ws_group_bytes(1) % 16 == 0,
               "the groups tile the image");
 

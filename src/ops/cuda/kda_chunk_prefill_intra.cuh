@@ -6,8 +6,7 @@
 //
 // Phases (the algorithm, blocks, reference points and solve order of the version that passed
 // the matrix on an H200 at e9c5392; since then the log-decays are kept in base 2 with MUFU math
-// (gate_log2, ex2 below), qk is plain tf32, and the outputs are bf16 (hi / lo parts where the
-// state's path needs them)), barriers between them:
+// (gate_log2, ex2 below), qk is plain tf32, and the outputs are f16), barriers between them:
 //   P1  q, k L2-normalised (q scaled by 1/sqrt(K)), g = gate(raw_g + dt_bias) / ln 2, beta (a warp
 //       per row, two batches of 4 rows of loads in flight; no divergence: 2490a75 took the
 //       intra kernel from 235 to 187 us at T = 4096, H = 32);
@@ -28,7 +27,7 @@
 //       per column, two blocks per warp) from ld into a;
 //   P4  off-diagonal blocks of X = (I + L)^-1: X_IJ = -X_II sum_{M=J}^{I-1} L_IM X_MJ (3xTF32
 //       tensor-core block products, warp J for block (I, J));
-//   P5  store Tm = X diag(beta) (its lower 16 x 16 block triangle, as bf16 hi / lo).
+//   P5  store Tm = X diag(beta) (its lower 16 x 16 block triangle, as f16).
 // Every exponential is of a difference Gam_i - Gam_j with i >= j, so every factor is <= 1, except
 // the diagonal c_II, used only while it is <= e^40 (all products stay finite and normal).
 //
@@ -131,16 +130,9 @@ __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(
 __device__ __forceinline__ float4 ex2_4(float4 a) { return make_float4(ex2(a.x), ex2(a.y), ex2(a.z), ex2(a.w)); }
 __device__ __forceinline__ float4 sub4(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
 // Workspace stores (WsImage, kda_chunk_prefill_common.cuh): 4 consecutive values (8-byte aligned)
-// as bf16 hi, or split into hi and lo parts (mma_bf16.cuh).
-__device__ __forceinline__ void ws_store_hi4(bf16* hi, float4 x) {
-  *reinterpret_cast<uint2*>(hi) = make_uint2(mma16::pack_bf16x2(x.x, x.y), mma16::pack_bf16x2(x.z, x.w));
-}
-__device__ __forceinline__ void ws_store_split4(bf16* hi, bf16* lo, float4 x) {
-  uint2 h, l;
-  mma16::split_bf16x2(x.x, x.y, h.x, l.x);
-  mma16::split_bf16x2(x.z, x.w, h.y, l.y);
-  *reinterpret_cast<uint2*>(hi) = h;
-  *reinterpret_cast<uint2*>(lo) = l;
+// rounded to f16 (mma_bf16.cuh).
+__device__ __forceinline__ void ws_store4(f16* dst, float4 x) {
+  *reinterpret_cast<uint2*>(dst) = make_uint2(mma16::pack_f16x2(x.x, x.y), mma16::pack_f16x2(x.z, x.w));
 }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
@@ -279,7 +271,7 @@ __device__ __forceinline__ void diag_block(IntraSmem& s, WsImage& ws, int I, int
       if (lane < kB) {
         s.ld[I][i][j] = j < i ? s.beta[base + i] * v[0] : 0.0f;  // L, strictly lower
       } else {
-        ws.aqk[base + i][base + j] = __float2bfloat16_rn(j <= i ? v[0] : 0.0f);
+        ws.aqk[base + i][base + j] = __float2half_rn(j <= i ? v[0] : 0.0f);
       }
     }
   }
@@ -321,8 +313,7 @@ __device__ __forceinline__ void tc_job(IntraSmem& s, WsImage& ws, int pr, bool q
   // k-steps at run time (unrolled twice): the fully unrolled loop doubled the kernel's
   // instruction-cache stalls (no_inst 10% -> 18% of the samples on the H200) for no gain.
   // kk (L, on the carried state's path through Tm) in 3xTF32; qk (Aqk, output only: the state
-  // kernel multiplies it by Vn in plain bf16, rounding it to bf16 anyway) in plain tf32, a third
-  // of the mma and no operand splits.
+  // kernel rounds it to f16 anyway) in plain tf32, a third of the mma and no operand splits.
   if (qk) {
     mma::warp_mma_tf32<0, 1, 2, false>(c, &s.q[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane, kK / 8, &s.cf[pr][0]);
   } else {
@@ -336,7 +327,7 @@ __device__ __forceinline__ void tc_job(IntraSmem& s, WsImage& ws, int pr, bool q
       const int i = kB * I + g + 8 * hf, j = kB * J + 8 * nt + 2 * t;
       const float v0 = c[0][nt][2 * hf], v1 = c[0][nt][2 * hf + 1];
       if (qk) {
-        *reinterpret_cast<uint32_t*>(&ws.aqk[i][j]) = mma16::pack_bf16x2(j <= i ? v0 : 0.0f, j + 1 <= i ? v1 : 0.0f);
+        *reinterpret_cast<uint32_t*>(&ws.aqk[i][j]) = mma16::pack_f16x2(j <= i ? v0 : 0.0f, j + 1 <= i ? v1 : 0.0f);
       } else if (I == J) {
         s.ld[I][i - kB * I][j - kB * J] = j < i ? s.beta[i] * v0 : 0.0f;
         s.ld[I][i - kB * I][j + 1 - kB * J] = j + 1 < i ? s.beta[i] * v1 : 0.0f;
@@ -434,7 +425,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
   // Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}), Kd = kc e^(Gam_last - b_I) and e^(Gam_last) to the
   // workspace from the same registers. Thread (warp, lane) owns key dims 4 lane .. 4 lane + 3 of
   // rows warp + 8 u (u = 0..7), two rows per block I = u / 2; a warp stores 256 contiguous bytes
-  // per row and part (bf16).
+  // per row (f16).
   {
     const int d = 4 * lane;
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f), blast = ld4(&s.bend[3][d]);
@@ -454,9 +445,9 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
         st4(&s.q[i][d], qr);
         st4(&s.k[i][d], kr);
         st4(&s.g[i][d], kc);
-        ws_store_hi4(&ws.qg[i][d], mul4(qr, eb));
-        ws_store_split4(&ws.kg_hi[i][d], &ws.kg_lo[i][d], mul4(kr, eb));
-        ws_store_split4(&ws.kd_hi[i][d], &ws.kd_lo[i][d], mul4(kc, ed));
+        ws_store4(&ws.qg[i][d], mul4(qr, eb));
+        ws_store4(&ws.kg[i][d], mul4(kr, eb));
+        ws_store4(&ws.kd[i][d], mul4(kc, ed));
       }
     }
     if (warp == 0) st4(&ws.dec[d], ex2_4(blast));
@@ -532,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
   for (int x = tid; x < kC * (kC / 4); x += kThreads) {
     const int i = x / (kC / 4), j = 4 * (x % (kC / 4));
     if (j >= kB * (i / kB + 1)) continue;  // above the block diagonal: zero, never read
-    ws_store_split4(&ws.tm_hi[i][j], &ws.tm_lo[i][j], mul4(ld4(&s.sv.a[i][j]), ld4(&s.beta[j])));
+    ws_store4(&ws.tm[i][j], mul4(ld4(&s.sv.a[i][j]), ld4(&s.beta[j])));
   }
 }
 

@@ -1,25 +1,29 @@
 // kda_chunk_prefill, CUDA, kernel 2 of 2: the state recurrence, one CTA per (sequence, head,
 // 32 value columns), chunks in order (design note: kda_chunk_prefill.cu). Per chunk, from the
-// intra-chunk kernel's workspace (Qg, Kg, Kd, Tm, Aqk as bf16, decay) and the chunk's v:
+// intra-chunk kernel's workspace (Qg, Kg, Kd, Tm, Aqk as f16, decay) and the chunk's v:
 //   P5  O = Qg S (kept in registers to P7) and Y = V - Kg S -> y;
 //   P6  Vn = Tm Y -> vn  (= U - W S with U = Tm V, W = Tm Kg: neither is formed);
 //   P7  O += Aqk Vn, stored; S = diag(dec) S + Kd^T Vn, checkpoint.
-// Every product is on bf16 tensor cores, mma.sync m16n8k16 with f32 accumulation (mma_bf16.cuh):
-// 3xBF16 (x ~ hi + lo on both operands, a b ~ ah bh + ah bl + al bh, ~2^-16 relative) for the
-// three on the carried state's path (Kg S, Tm Y, Kd^T Vn), plain bf16 (hi parts) for the
-// output-only Qg S and Aqk Vn. A host emulation against the f64 token recurrence
-// (tools/kda_product_precision.py, T = 4096; docs/ops/kda.md) puts this at 1.2e-4 / 4.4e-4 on
-// outputs and 2.5e-6 / 1.4e-5 on final states (matrix generators / weak decay), against the 4e-3
-// allowance. (The tf32 version before it, 3xTF32 on the same three products, erred 5.2e-5 / 7e-7
-// and issued ~4x the tensor work: tf32's k8 at half bf16's rate, and every A operand split by
-// every warp that read it; here every operand is split once, by the thread that writes it.)
+// Every product is one pass on f16 tensor cores, mma.sync m16n8k16 with f32 accumulation
+// (mma_bf16.cuh); the state is carried in f32 registers and rounded to f16 only as an operand.
+// Why f16, one pass: a host emulation against the f64 token recurrence
+// (tools/kda_product_precision.py, T = 4096; docs/ops/kda.md) puts every product on f16
+// operands at 2.0e-5 / 1.1e-4 on outputs and 1.7e-4 / 9.1e-4 on final states (matrix generators
+// / weak decay), inside the 4e-3 allowance, where bf16 operands (fla's choice) err 8.1e-3 on weak
+// decays: f16 keeps 3 more mantissa bits. Its price is range: operands must stay below 65504 in
+// magnitude (Qg, Kg, Kd, Aqk are <= 1 by construction, Tm's entries are O(1), S, Y and Vn scale
+// with v); beyond it they become inf and the outputs inf / NaN, never a finite wrong value. The
+// 3xBF16 version before (x ~ hi + lo on the state's path, ~2^-16 relative; 3.0e-6 / 1.5e-5 on
+// states) issued three times the tensor work and read twice the operand bytes from shared
+// memory, which bounds this kernel (Nsight: L1/TEX 77% of peak): at T = 16k, H = 32 it took 762
+// us against 537.
 // Every warp does a share of every product (warp w: row block mb = w for w < 4, 7 - w above,
 // value columns 16 ch .. + 15 with ch = w / 4): P5 and P6 rows 16 mb .. +15 x those 16 columns
 // (x K 128; x j < 16 (mb + 1) in P6, Tm being lower triangular); P7-out the same; P7-state key
 // dims 16 w .. +15 x all 32 columns x 64. The state tile S[:, v0 .. v0+31] (128 x 32) is f32 in
 // registers, in P7-state's C-fragment map (warp w, key dims 16 w ..: 16 values per thread),
-// across the whole sequence; after each update its owner writes the bf16 hi / lo copies that P5
-// reads from shared memory. The final state and the checkpoints are stored from the f32
+// across the whole sequence; after each update its owner writes the f16 copy that P5 reads from
+// shared memory. The final state and the checkpoints are stored from the f32
 // registers (exact).
 //
 // Pipeline: the chunk's workspace (an image of the operand buffers below, padded rows included:
@@ -39,22 +43,25 @@
 // the first s is written before the first B1.
 // Operands are read by ldmatrix: A row-major (qg, kg, tm, aqk) plain, Kd^T (Kd stored [j][d])
 // and every B (s [d][v], y and vn [j][v], k-major) with .trans. Bank conflicts: a fragment load
-// reads 8 rows of 16 bytes; rows of 136 bf16 (272 bytes), 72 (144) and 40 (80) put those 8 rows
-// 4 banks apart: conflict-free; the C-fragment stores of bf16 pairs into s / y / vn (row g (+8),
+// reads 8 rows of 16 bytes; rows of 136 f16 (272 bytes), 72 (144) and 40 (80) put those 8 rows
+// 4 banks apart: conflict-free; the C-fragment stores of f16 pairs into s / y / vn (row g (+8),
 // word 4 nt + t, rows of 20 words) hit banks 20 g + 4 nt + t: distinct across the warp.
 //
-// Shared memory (bytes; 156,192): the workspace image WsImage (115,200: qg, kg_hi, kg_lo,
-// tm_hi, tm_lo, kd_hi, kd_lo, aqk, dec) | s_hi, s_lo [128][40] S (d, v) | y_hi, y_lo, vn_hi,
-// vn_lo [64][40] (j, v) | 3 mbarriers.
+// Shared memory (bytes; 91,680): the workspace image WsImage (71,168: qg, kg, tm, kd, aqk, dec)
+// | s [128][40] S (d, v) | y, vn [64][40] (j, v) | 3 mbarriers (110 registers: two CTAs can
+// share an SM).
 // History (T = 4096, H = 32, the state kernel alone, H200, docs/perf.md): 542 us with cvt.rna
 // tf32 splits; 353 us with integer splits, ldmatrix, balanced warps, pre-split B operands (tf32);
 // 256 us on bf16 tensor cores (3xBF16); 250 us with the balanced row blocks; 198 us with the
 // workspace by bulk copies (16-byte cp.async before: ~6,700 per chunk, their address registers
-// held the warps). Measured and not kept: a double-buffered Qg / Kg (cp.async, 208 KB: slower),
+// held the warps); at T = 16k, 762 us (3xBF16) -> 537 us (f16, one pass). Measured and not
+// kept: a double-buffered Qg / Kg (cp.async, 208 KB: slower),
 // P5 with the next k-step's fragments loaded ahead and two accumulator sets (192 registers: 418
 // vs 411 us for the op), and wgmma for every product (branch wgmma-state: correct, but 464 vs 414
 // us for the op: descriptor arithmetic ~45% of its instructions, and each phase waiting on its
-// wgmma group; its workspace layouts made the intra kernel's stores 16-byte granular, +50 us).
+// wgmma group; its workspace layouts made the intra kernel's stores 16-byte granular, +50 us;
+// again with each k-step's descriptor as base + immediate, d52c6c6: the op 460 vs 411 us, the
+// difference the intra kernel's, the state kernel no faster than this one).
 #pragma once
 
 #include "cp_async.cuh"
@@ -66,7 +73,7 @@
 
 namespace kestrel::ops::cuda::kda_chunk {
 
-inline constexpr int kLdV = kTileV + 8;  // rows of 32 bf16 (s, y, vn)
+inline constexpr int kLdV = kTileV + 8;  // rows of 32 f16 (s, y, vn)
 
 // Calls f(std::integral_constant<int, mb + 1>): the 16-deep k-steps of row block mb of a lower
 // block-triangular product over the chunk (16-row blocks), fixed at compile time.
@@ -81,16 +88,13 @@ __device__ __forceinline__ void by_row_block(int mb, F&& f) {
 }
 
 struct alignas(16) StateSmem {
-  WsImage w;             // the chunk's workspace, loaded by three bulk copies (one per group)
-  bf16 s_hi[kK][kLdV];   // S (d, v), hi and lo of the f32 state in registers
-  bf16 s_lo[kK][kLdV];
-  bf16 y_hi[kC][kLdV];   // Y (j, v)
-  bf16 y_lo[kC][kLdV];
-  bf16 vn_hi[kC][kLdV];  // Vn (j, v)
-  bf16 vn_lo[kC][kLdV];
-  uint64_t bar[3];       // mbarriers: workspace group g landed
+  WsImage w;          // the chunk's workspace, loaded by three bulk copies (one per group)
+  f16 s[kK][kLdV];    // S (d, v): the f32 state in registers, rounded to f16
+  f16 y[kC][kLdV];    // Y (j, v)
+  f16 vn[kC][kLdV];   // Vn (j, v)
+  uint64_t bar[3];    // mbarriers: workspace group g landed
 };
-static_assert(sizeof(StateSmem) == 156192, "the note above states this size");
+static_assert(sizeof(StateSmem) == 91680, "the note above states this size");
 
 // Thread 0: the bulk copy of workspace group g (kda_chunk_prefill_common.cuh) into s.w,
 // completing on s.bar[g].
@@ -100,12 +104,9 @@ __device__ __forceinline__ void issue_group(StateSmem& s, int g, const unsigned 
   sm90::bulk_copy_g2s(smem_u32(&s.w) + ws_group_offset(g), ws + ws_group_offset(g), ws_group_bytes(g), bar);
 }
 
-// Two f32 values of row `row`, columns col, col + 1 of a (j | d, v) operand, as bf16 hi / lo.
-__device__ __forceinline__ void store_split2(bf16 (*hi)[kLdV], bf16 (*lo)[kLdV], int row, int col, float x0, float x1) {
-  uint32_t h, l;
-  mma16::split_bf16x2(x0, x1, h, l);
-  *reinterpret_cast<uint32_t*>(&hi[row][col]) = h;
-  *reinterpret_cast<uint32_t*>(&lo[row][col]) = l;
+// Two f32 values of row `row`, columns col, col + 1 of a (j | d, v) operand, rounded to f16.
+__device__ __forceinline__ void store2(f16 (*dst)[kLdV], int row, int col, float x0, float x1) {
+  *reinterpret_cast<uint32_t*>(&dst[row][col]) = mma16::pack_f16x2(x0, x1);
 }
 
 template <typename T>
@@ -153,12 +154,12 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
   float st[4][4];
   auto st_d = [&](int c) { return d0 + g + 8 * (c / 2); };
   auto st_v = [&](int nt, int c) { return 8 * nt + 2 * t + c % 2; };
-  // Writes the hi / lo copies of this thread's state elements (read by P5).
+  // Writes the f16 copy of this thread's state elements (read by P5).
   auto publish_state = [&] {
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) store_split2(s.s_hi, s.s_lo, st_d(2 * hf), st_v(nt, 0), st[nt][2 * hf], st[nt][2 * hf + 1]);
+      for (int hf = 0; hf < 2; ++hf) store2(s.s, st_d(2 * hf), st_v(nt, 0), st[nt][2 * hf], st[nt][2 * hf + 1]);
   };
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt)
@@ -210,31 +211,25 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
       issue_group(s, 2, ws);
     }
     // ---- P5, every warp on its 16 rows x 16 columns, one pass over S's fragments:
-    // O = Qg_hi S_hi (kept to P7); Y = V - Kg S in 3xBF16 (three accumulators: independent mma
-    // chains) -> y.
+    // O = Qg S (kept to P7); Y = V - Kg S -> y.
     float o[2][4] = {};
     {
       float y[2][4] = {};
-      mma16::Acc3<2> ky{y};
 #pragma unroll
       for (int ks = 0; ks < kK / 16; ++ks) {
-        uint32_t aq[4], akh[4], akl[4], bh[2][2], bl[2][2];
+        uint32_t aq[4], ak[4], b[2][2];
         mma16::load_a(aq, &s.w.qg[16 * mb][16 * ks], kLdA, lane);
-        mma16::load_a(akh, &s.w.kg_hi[16 * mb][16 * ks], kLdA, lane);
-        mma16::load_a(akl, &s.w.kg_lo[16 * mb][16 * ks], kLdA, lane);
-        mma16::load_b_trans(bh, &s.s_hi[16 * ks][16 * ch], kLdV, lane);
-        mma16::load_b_trans(bl, &s.s_lo[16 * ks][16 * ch], kLdV, lane);
-        mma16::mma_row(o, aq, bh);
-        ky.step(akh, akl, bh, bl);
+        mma16::load_a(ak, &s.w.kg[16 * mb][16 * ks], kLdA, lane);
+        mma16::load_b_trans(b, &s.s[16 * ks][16 * ch], kLdV, lane);
+        mma16::mma_row<2, f16>(o, aq, b);
+        mma16::mma_row<2, f16>(y, ak, b);
       }
-      ky.finish();
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int c = 2 * hf;
-          store_split2(s.y_hi, s.y_lo, row_of(c), col_of(nt, 0), to_f32(vr[nt][c]) - y[nt][c],
-                       to_f32(vr[nt][c + 1]) - y[nt][c + 1]);
+          store2(s.y, row_of(c), col_of(nt, 0), to_f32(vr[nt][c]) - y[nt][c], to_f32(vr[nt][c + 1]) - y[nt][c + 1]);
         }
     }
     if (c0 + kC < end) load_v(c0 + kC);
@@ -242,40 +237,36 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
     sm90::mbar_wait(smem_u32(&s.bar[1]), phase);
     __syncthreads();
     if (tid == 0 && c0 + kC < end) issue_group(s, 0, ws + static_cast<int64_t>(p.H) * kWsBytes);  // the next slot, same head
-    // ---- P6: Vn = Tm Y (3xBF16) -> vn, the same 16 rows x 16 columns; Tm is lower triangular,
-    // so block mb needs columns j < 16 (mb + 1) only.
+    // ---- P6: Vn = Tm Y -> vn, the same 16 rows x 16 columns; Tm is lower triangular, so block
+    // mb needs columns j < 16 (mb + 1) only.
     by_row_block(mb, [&](auto steps) {
       float vn[2][4] = {};
-      mma16::Acc3<2> tv{vn};
 #pragma unroll
       for (int ks = 0; ks < decltype(steps)::value; ++ks) {
-        uint32_t th[4], tl[4], bh[2][2], bl[2][2];
-        mma16::load_a(th, &s.w.tm_hi[16 * mb][16 * ks], kLdT, lane);
-        mma16::load_a(tl, &s.w.tm_lo[16 * mb][16 * ks], kLdT, lane);
-        mma16::load_b_trans(bh, &s.y_hi[16 * ks][16 * ch], kLdV, lane);
-        mma16::load_b_trans(bl, &s.y_lo[16 * ks][16 * ch], kLdV, lane);
-        tv.step(th, tl, bh, bl);
+        uint32_t ta[4], b[2][2];
+        mma16::load_a(ta, &s.w.tm[16 * mb][16 * ks], kLdT, lane);
+        mma16::load_b_trans(b, &s.y[16 * ks][16 * ch], kLdV, lane);
+        mma16::mma_row<2, f16>(vn, ta, b);
       }
-      tv.finish();
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int c = 2 * hf;
-          store_split2(s.vn_hi, s.vn_lo, row_of(c), col_of(nt, 0), vn[nt][c], vn[nt][c + 1]);
+          store2(s.vn, row_of(c), col_of(nt, 0), vn[nt][c], vn[nt][c + 1]);
         }
     });
     // ---- B3 (Kd, Aqk, dec landed; the next Qg, Kg may still be in flight)
     sm90::mbar_wait(smem_u32(&s.bar[2]), phase);
     __syncthreads();
-    // ---- P7-out: O += Aqk_hi Vn_hi (block mb, j < 16 (mb + 1)), stored.
+    // ---- P7-out: O += Aqk Vn (block mb, j < 16 (mb + 1)), stored.
     by_row_block(mb, [&](auto steps) {
 #pragma unroll
       for (int ks = 0; ks < decltype(steps)::value; ++ks) {
-        uint32_t aa[4], bh[2][2];
+        uint32_t aa[4], b[2][2];
         mma16::load_a(aa, &s.w.aqk[16 * mb][16 * ks], kLdT, lane);
-        mma16::load_b_trans(bh, &s.vn_hi[16 * ks][16 * ch], kLdV, lane);
-        mma16::mma_row(o, aa, bh);
+        mma16::load_b_trans(b, &s.vn[16 * ks][16 * ch], kLdV, lane);
+        mma16::mma_row<2, f16>(o, aa, b);
       }
     });
 #pragma unroll
@@ -285,24 +276,21 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) dst[(v0 + col_of(nt, c)) * p.out_s2] = from_f32<T>(o[nt][c]);
     }
-    // ---- P7-state: S = diag(dec) S + Kd^T Vn (3xBF16) on key dims d0 .. d0 + 15, all 32 columns,
-    // in the registers that hold S; then the hi / lo copies for the next P5, and the checkpoint.
+    // ---- P7-state: S = diag(dec) S + Kd^T Vn on key dims d0 .. d0 + 15, all 32 columns, in the
+    // f32 registers that hold S (the products accumulate into them); then the f16 copy for the
+    // next P5, and the checkpoint.
     {
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) st[nt][c] *= s.w.dec[st_d(c)];
-      mma16::Acc3<4> kv{st};
 #pragma unroll
       for (int ks = 0; ks < kC / 16; ++ks) {
-        uint32_t kh[4], kl[4], bh[4][2], bl[4][2];
-        mma16::load_a_trans(kh, &s.w.kd_hi[16 * ks][d0], kLdA, lane);
-        mma16::load_a_trans(kl, &s.w.kd_lo[16 * ks][d0], kLdA, lane);
-        mma16::load_b_trans(bh, &s.vn_hi[16 * ks][0], kLdV, lane);
-        mma16::load_b_trans(bl, &s.vn_lo[16 * ks][0], kLdV, lane);
-        kv.step(kh, kl, bh, bl);
+        uint32_t ka[4], b[4][2];
+        mma16::load_a_trans(ka, &s.w.kd[16 * ks][d0], kLdA, lane);
+        mma16::load_b_trans(b, &s.vn[16 * ks][0], kLdV, lane);
+        mma16::mma_row<4, f16>(st, ka, b);
       }
-      kv.finish();
       publish_state();
       if (p.ckpt != nullptr && C == kC) {
         float* ck = p.ckpt + (ck0 + c0 / kC) * p.ckpt_s0 + head;

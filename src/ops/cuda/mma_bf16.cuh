@@ -1,11 +1,9 @@
-// Warp-scope bf16 tensor-core pieces: mma.sync m16n8k16 (bf16 operands, f32 accumulation), the
-// ldmatrix loads of its fragments (plain and .trans), and the "3xBF16" split of an f32 value,
-// x ~ hi + lo with hi = bf16(x), lo = bf16(x - hi) (round to nearest even both times), so that a
-// product a b ~ ah bh + ah bl + al bh errs by ~2^-16 |a||b| (the dropped al bl and the two
-// residuals x - hi - lo, each <= 2^-17 |x|): the f32-class substitute for 3xTF32 on Hopper at a
-// quarter of its tensor issue (twice the K per instruction, twice the rate). Where it is used and
-// what it costs in accuracy: kda_chunk_prefill_state.cuh, docs/ops/kda.md. The mla_attention
-// kernels take their bf16 packing, ldmatrix and mma.sync from here too.
+// Warp-scope 16-bit tensor-core pieces: mma.sync m16n8k16 (bf16 or f16 operands, f32
+// accumulation), the ldmatrix loads of its fragments (plain and .trans), and the packing of f32
+// pairs into operand registers. Users: the mla_attention v1 kernel (bf16) and kda_chunk_prefill's
+// state kernel (f16: 3 more mantissa bits than bf16, range |x| < 65504; why f16 there:
+// kda_chunk_prefill_state.cuh). ldmatrix moves 16-bit elements whatever they mean, so both types
+// share the loads and the fragment layouts below.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16; g = lane / 4, t = lane % 4;
 // each 32-bit register holds two consecutive-k elements, the lower k in the low half):
@@ -21,10 +19,13 @@
 
 #include <cstdint>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <type_traits>
 
 namespace kestrel::ops::cuda::mma16 {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
 
 // Not volatile: a pure function of its operands, so the compiler may interleave independent tiles.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
@@ -32,6 +33,20 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+// The instruction for operands of element type E (bf16 | f16).
+template <typename E>
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  static_assert(std::is_same_v<E, bf16> || std::is_same_v<E, f16>, "bf16 or f16 operands");
+  if constexpr (std::is_same_v<E, bf16>) mma_bf16(c, a, b);
+  else mma_f16(c, a, b);
 }
 
 // Four 8 x 8 b16 matrices from shared memory (address a: this lane's row), plain or .trans.
@@ -49,28 +64,31 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t a) {
                  : "memory");
   }
 }
-template <bool kTrans>
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* row) {
+template <bool kTrans, typename E>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const E* row) {
+  static_assert(sizeof(E) == 2, "16-bit elements");
   ldsm_x4<kTrans>(r, static_cast<uint32_t>(__cvta_generic_to_shared(row)));
 }
 
 // The A fragment of the 16 x 16 block at a (element (m, k) at a[m * ld + k]): matrices
 // (rows +0 / +8, k +0 / +8) in the order a0 a1 a2 a3.
-__device__ __forceinline__ void load_a(uint32_t (&r)[4], const bf16* a, int ld, int lane) {
+template <typename E>
+__device__ __forceinline__ void load_a(uint32_t (&r)[4], const E* a, int ld, int lane) {
   ldsm_x4<false>(r, a + (lane % 8 + 8 * ((lane / 8) & 1)) * ld + 8 * (lane / 16));
 }
 
 // The same A fragment from A stored transposed (element (m, k) at a[k * ld + m]): matrix j of
 // the x4 covers k +8 (j >> 1), m +8 (j & 1), each read by .trans.
-__device__ __forceinline__ void load_a_trans(uint32_t (&r)[4], const bf16* a, int ld, int lane) {
+template <typename E>
+__device__ __forceinline__ void load_a_trans(uint32_t (&r)[4], const E* a, int ld, int lane) {
   ldsm_x4<true>(r, a + (lane % 8 + 8 * (lane / 16)) * ld + 8 * ((lane / 8) & 1));
 }
 
 // B fragments of kNt 8-column tiles (n +0, +8, ...; kNt even) of the 16-deep k-step at b, B
 // stored k-major (element (k, n) at b[k * ld + n]): per pair of tiles one x4, matrices (k +0 / +8,
 // n +0 / +8) in the order r[nt][0] r[nt][1] r[nt + 1][0] r[nt + 1][1], each read by .trans.
-template <int kNt>
-__device__ __forceinline__ void load_b_trans(uint32_t (&r)[kNt][2], const bf16* b, int ld, int lane) {
+template <int kNt, typename E>
+__device__ __forceinline__ void load_b_trans(uint32_t (&r)[kNt][2], const E* b, int ld, int lane) {
   static_assert(kNt % 2 == 0, "tiles in pairs");
 #pragma unroll
   for (int nt = 0; nt < kNt; nt += 2) {
@@ -83,35 +101,13 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&r)[kNt][2], const bf16* 
   }
 }
 
-// c[nt] += a b[nt] for kNt tiles: consecutive mmas accumulate into different tiles.
-template <int kNt>
+// c[nt] += a b[nt] for kNt tiles: consecutive mmas accumulate into different tiles (E: the
+// operands' element type).
+template <int kNt, typename E = bf16>
 __device__ __forceinline__ void mma_row(float (&c)[kNt][4], const uint32_t (&a)[4], const uint32_t (&b)[kNt][2]) {
 #pragma unroll
-  for (int nt = 0; nt < kNt; ++nt) mma_bf16(c[nt], a, b[nt]);
+  for (int nt = 0; nt < kNt; ++nt) mma<E>(c[nt], a, b[nt]);
 }
-
-// A 3xBF16 product's accumulators: c (the hi x hi terms, the caller's) and the two cross terms
-// in their own tiles (three independent mma chains instead of one three times as long), added
-// to c by finish() as c + (lo_a + lo_b).
-template <int kNt>
-struct Acc3 {
-  float (&c)[kNt][4];
-  float lo_a[kNt][4] = {};  // a_lo b_hi
-  float lo_b[kNt][4] = {};  // a_hi b_lo
-  // One k-step: c += ah bh, lo_a += al bh, lo_b += ah bl.
-  __device__ __forceinline__ void step(const uint32_t (&ah)[4], const uint32_t (&al)[4], const uint32_t (&bh)[kNt][2],
-                                       const uint32_t (&bl)[kNt][2]) {
-    mma_row(c, ah, bh);
-    mma_row(lo_a, al, bh);
-    mma_row(lo_b, ah, bl);
-  }
-  __device__ __forceinline__ void finish() {
-#pragma unroll
-    for (int nt = 0; nt < kNt; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) c[nt][e] += lo_a[nt][e] + lo_b[nt][e];
-  }
-};
 
 // Two f32 values rounded to one bf16 pair, x0 in the low half (the layout of a fragment register
 // and of memory).
@@ -120,12 +116,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float x0, float x1) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// The same pair split: hi = bf16(x), lo = bf16(x - hi).
-__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float2 hf = __bfloat1622float2(h);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  lo = pack_bf16x2(x0 - hf.x, x1 - hf.y);
+// Two f32 values rounded to one f16 pair (nearest even; |x| >= 65520 becomes inf), x0 in
+// the low half.
+__device__ __forceinline__ uint32_t pack_f16x2(float x0, float x1) {
+  const __half2 v = __floats2half2_rn(x0, x1);  // .x (lower 16 bits) = x0
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 }  // namespace kestrel::ops::cuda::mma16
