@@ -23,8 +23,9 @@
 //       16x1x8 273, 8x1x8 266 (95% of copy; also the fastest at B = 1, 8 and 32).
 //   Decode is bound by the state bytes in flight per SM: registers cap it (8x4 ran 5 CTAs of
 //   96 registers: 80 KB in flight); staged, up to 32 one-warp CTAs per SM keep 128 KB in flight;
-// - the token math is done per warp in f32 registers while the state loads are in flight:
-//   q, k, raw_g of the lane's 4 dims (scalar loads: any row stride, any raw_g strides), the sum
+// - the token math is done per warp in f32 registers, its loads issued while the state loads
+//   are in flight (and, with a bf16 pool, its arithmetic too: kda_token_step.cuh says why only
+//   there): q, k, raw_g of the lane's 4 dims (scalar loads: any row stride, any raw_g strides), the sum
 //   of squares by a 5-step xor shuffle, exp(g) by expf / log1pf, beta by expf. Recomputing it in
 //   each of a head's 16 warps costs ~1.5 KB of L1-resident loads and a few dozen instructions
 //   per warp, and saves a block barrier: the kernel has none;

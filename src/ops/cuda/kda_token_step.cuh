@@ -229,7 +229,17 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
   // depend on them): loaded after the wait, its latency came on top of theirs, a third global
   // round trip (slot index -> state -> token) on the path of a small batch. The registers are
   // the same either way (the state waits in shared memory, and cur is live with s[] below).
+  // Decode with a bf16 pool also makes it ready for the step (norms, gate, beta: ~150
+  // instructions per lane with the accurate expf / log1pf) before the wait, under the state
+  // loads instead of after them. Measured on the H200 (docs/perf.md, ninth session): bf16 pools
+  // 1.05-1.12x at every B (ptxas then needs 72 registers instead of 80: 28 resident one-warp
+  // CTAs instead of 25), f32 pools 1-2% slower at B >= 8 and 5-10% at B = 1 (80 registers
+  // either way), so they keep the order; verify too (there the prepared token would live beside
+  // the next one's loads: 128 -> 195 registers).
+  constexpr bool kEarly = !kMulti && !std::is_same_v<P, float>;
   const TokenRaw first = load_token<T>(p, n * steps, h, lane, v0);
+  TokenHead first_x{};
+  if constexpr (kEarly) first_x = finish_token(first, dt, exp_a_log, p);
   cp_async_wait_all();
 #pragma unroll 1
   for (int b0 = 0; b0 < kRows && v0 + b0 < p.V; b0 += kBatch) {
@@ -247,7 +257,12 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
       const int64_t dst = kMulti ? load_index(p.table, p.tab64, n * p.tab_s0 + t * p.tab_s1) : start;
       TokenRaw next = cur;
       if (kMulti && t + 1 < steps) next = load_token<T>(p, row + 1, h, lane, vb);  // in flight during this step
-      const TokenHead x = finish_token(cur, dt, exp_a_log, p);
+      TokenHead x;
+      if (kEarly && b0 == 0) {  // the one step of decode, prepared above
+        x = first_x;
+      } else {
+        x = finish_token(cur, dt, exp_a_log, p);
+      }
       float o[kBatch];
       token_step(s, x, o);
       float here = o[0];
