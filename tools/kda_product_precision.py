@@ -6,6 +6,11 @@ operands rounded as each variant says) against the f64 token recurrence, on the 
 generators (docs/ops/kda.md) and on weak decays (raw_g in [-12, -6]: channels that remember).
 
   python3 tools/kda_product_precision.py [T] [seed]      (T a multiple of 64; ~1 min at 4096)
+  KK_TF32=1 python3 tools/kda_product_precision.py ...   the intra kernel's kk blocks with plain
+      tf32 operands (truncated, as its tensor-core path would form them without 3xTF32) instead
+      of f64: a candidate speed-up of the intra kernel, measured here first (ninth session, T =
+      4096, seed 1, every operand f16: final states 9.1e-4 -> 1.1e-3 on weak decays, outputs
+      1.1e-4 -> 1.2e-4; kk alone with f32 products: states 5.0e-4 / 1.5e-5)
 
 Variants: f32 products; every operand rounded to bf16 (fla's serial step: bf16 operands, f32
 accumulation); only the output products (Qg S, Aqk Vn) in bf16; the state's path (Kg S, Tm Y,
@@ -16,7 +21,7 @@ T = 4096: all-bf16 states err up to 8.1e-3 on weak decays (over the 4e-3 allowan
 state path 1.5e-5 with outputs at 4.6e-4 (bf16 output products), all-f16 9.1e-4 on states and
 1.1e-4 on outputs.
 """
-import numpy as np, sys
+import numpy as np, os, sys
 rng = np.random.default_rng(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
 K = V = 128; C = 64
 T = int(sys.argv[1]) if len(sys.argv) > 1 else 4096
@@ -56,6 +61,32 @@ def token_ref(q, k, v, g, beta, S0):
         o[t] = q[t] @ S
     return o, S
 
+def tf32t(x):  # an f32 passed as a .tf32 operand: its low 13 mantissa bits dropped (truncation)
+    x = np.asarray(x, np.float32)
+    return (x.view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+def kk_tf32(kc, Gam):
+    """kk as the intra kernel's tensor-core path forms it (16-row blocks, factors relative to the
+    block ends), each operand passed as plain tf32; diagonal blocks whose decay exceeds e^40 take
+    the kernel's f32 running product (P3a) instead."""
+    n = len(kc); out = np.zeros((n, n))
+    nb = (n + 15) // 16
+    b = [Gam[min(16 * I + 15, n - 1)] for I in range(nb)]
+    for I in range(nb):
+        ref = b[I - 1] if I > 0 else np.zeros_like(Gam[0])
+        for J in range(I + 1):
+            ri = slice(16 * I, min(16 * I + 16, n)); rj = slice(16 * J, min(16 * J + 16, n))
+            if J == I and np.max(ref - b[I]) > 40:
+                D = Gam[ri][:, None, :] - Gam[rj][None, :, :]
+                out[ri, rj] = np.einsum('id,jd,ijd->ij', kc[ri], kc[rj], np.exp(np.minimum(D, 0.0)))
+                continue
+            A = tf32t(kc[ri] * np.exp(Gam[ri] - ref) * np.exp(ref - b[J]))
+            B = tf32t(kc[rj] * np.exp(b[J] - Gam[rj]))
+            out[ri, rj] = A.astype(np.float64) @ B.astype(np.float64).T
+    return out
+
+KK_TF32 = os.environ.get("KK_TF32") == "1"
+
 def chunked(q, k, v, g, beta, S0, rnd, rnd_out=None, mm=None):
     rnd_out = rnd_out or rnd
     mm = mm or (lambda a, b: rnd(a) @ rnd(b))
@@ -72,7 +103,7 @@ def chunked(q, k, v, g, beta, S0, rnd, rnd_out=None, mm=None):
         D = Gam[:, None, :] - Gam[None, :, :]      # [i, j, d] = Gam_i - Gam_j
         mask = np.tril(np.ones((n, n)), -1)
         E = np.exp(np.minimum(D, 0.0))
-        kk = np.einsum('id,jd,ijd->ij', kc, kc, E) * mask
+        kk = (kk_tf32(kc, Gam) if KK_TF32 else np.einsum('id,jd,ijd->ij', kc, kc, E)) * mask
         L = bc[:, None] * kk
         Tm = (np.linalg.inv(np.eye(n) + L) * bc[None, :]).astype(f)
         Aqk = (np.einsum('id,jd,ijd->ij', qc, kc, E) * np.tril(np.ones((n, n)))).astype(f)
