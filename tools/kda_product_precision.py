@@ -7,10 +7,10 @@ generators (docs/ops/kda.md) and on weak decays (raw_g in [-12, -6]: channels th
 
   python3 tools/kda_product_precision.py [T] [seed]      (T a multiple of 64; ~1 min at 4096)
   KK_TF32=1 python3 tools/kda_product_precision.py ...   the intra kernel's kk blocks with plain
-      tf32 operands (truncated, as its tensor-core path would form them without 3xTF32) instead
-      of f64: a candidate speed-up of the intra kernel, measured here first (ninth session, T =
-      4096, seed 1, every operand f16: final states 9.1e-4 -> 1.1e-3 on weak decays, outputs
-      1.1e-4 -> 1.2e-4; kk alone with f32 products: states 5.0e-4 / 1.5e-5)
+      tf32 operands (truncated, as its tensor-core path forms them since the ninth session; it
+      ran 3xTF32 before) instead of f64 (T = 4096, seed 1, every operand f16: final states
+      9.1e-4 -> 1.1e-3 on weak decays, outputs 1.1e-4 -> 1.2e-4; kk alone with f32 products:
+      states 5.0e-4 / 1.5e-5)
 
 Variants: f32 products; every operand rounded to bf16 (fla's serial step: bf16 operands, f32
 accumulation); only the output products (Qg S, Aqk Vn) in bf16; the state's path (Kg S, Tm Y,

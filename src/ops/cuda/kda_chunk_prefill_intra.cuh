@@ -20,7 +20,7 @@
 //       Kd = kc e^(Gam_last - b_I), e^Gam_last; the per-d vectors c_IJ = e^(b_{I-1} - b_J);
 //   P3c-1 qk blocks I > J (and I = J on the tensor-core path) = qr c_IJ kc, stored to the
 //       workspace from the accumulators; on that path also the diagonal kk blocks (-> ld);
-//       mma.sync (mma_tf32.cuh: 3xTF32 for kk, plain tf32 for the output-only qk), one 16 x 16
+//       mma.sync (mma_tf32.cuh: plain tf32 for kk and qk, see tc_job), one 16 x 16
 //       block pair per warp job (two accumulators);
 //   P3c-2 kk blocks I > J = kr c_IJ kc times beta (-> a, which now overlays the dead q), and
 //       meanwhile warps 6, 7 invert the diagonal blocks of (I + L) (forward substitution, a lane
@@ -312,12 +312,16 @@ __device__ __forceinline__ void tc_job(IntraSmem& s, WsImage& ws, int pr, bool q
   float c[1][2][4] = {};
   // k-steps at run time (unrolled twice): the fully unrolled loop doubled the kernel's
   // instruction-cache stalls (no_inst 10% -> 18% of the samples on the H200) for no gain.
-  // kk (L, on the carried state's path through Tm) in 3xTF32; qk (Aqk, output only: the state
-  // kernel rounds it to f16 anyway) in plain tf32, a third of the mma and no operand splits.
+  // kk and qk in plain tf32 (operands truncated to 10 mantissa bits): a third of the mma of
+  // 3xTF32 and no operand splits. qk (Aqk) only feeds the output; kk (L) feeds Tm, which the
+  // state kernel multiplies as f16 (11 bits) anyway. kk ran in 3xTF32 until the state products
+  // went to f16; the host study (tools/kda_product_precision.py, KK_TF32=1) puts plain tf32 kk
+  // at 1.1e-3 on final states with weak decay (9.1e-4 with an exact kk), 3.5x inside the 4e-3
+  // allowance; the op 1.04x faster (docs/perf.md, ninth session).
   if (qk) {
     mma::warp_mma_tf32<0, 1, 2, false>(c, &s.q[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane, kK / 8, &s.cf[pr][0]);
   } else {
-    mma::warp_mma_tf32<0, 1, 2, true>(c, &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane, kK / 8, &s.cf[pr][0]);
+    mma::warp_mma_tf32<0, 1, 2, false>(c, &s.k[kB * I][0], kLdK, 1, &s.g[kB * J][0], kLdK, lane, kK / 8, &s.cf[pr][0]);
   }
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
