@@ -103,7 +103,7 @@ __device__ __forceinline__ void load_b_trans(uint32_t (&r)[kNt][2], const E* b, 
 
 // c[nt] += a b[nt] for kNt tiles: consecutive mmas accumulate into different tiles (E: the
 // operands' element type).
-template <int kNt, typename E = bf16>
+template <int kNt, typename E>
 __device__ __forceinline__ void mma_row(float (&c)[kNt][4], const uint32_t (&a)[4], const uint32_t (&b)[kNt][2]) {
 #pragma unroll
   for (int nt = 0; nt < kNt; ++nt) mma<E>(c[nt], a, b[nt]);
