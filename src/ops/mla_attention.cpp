@@ -84,6 +84,12 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
   return std::min({fill, by_len, kMlaAttentionMaxSplits});
 }
 
+// Few rows (B = 1 decode and verify: H to 4H rows) with many splits leave most SMs idle when a
+// CTA merges a whole row, and the combine is then latency-bound (H200, B = 1, H = 32, 8k keys:
+// 24 us of the op's 29); a quarter row per CTA gave 1.1-1.3x on those calls and cost up to 1.5x
+// where the rows fill the GPU already (B = 32, H = 128: 4096 rows), hence the cut at num_sms.
+int mla_attention_combine_parts(int64_t rows, int64_t num_sms) { return rows <= num_sms ? 4 : 1; }
+
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor) {
   if (requested != MlaAttentionKernel::automatic) return requested;
   return cc_major == 9 && cc_minor == 0 ? MlaAttentionKernel::wgmma : MlaAttentionKernel::mma_sync;

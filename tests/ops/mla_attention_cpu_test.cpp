@@ -95,6 +95,16 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6), K::wgmma);
 }
 
+// The combine rule (pure, docs/ops/mla_attention.md): a quarter row per CTA up to num_sms rows.
+TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
+  EXPECT_EQ(mla_attention_combine_parts(1, 132), 4);
+  EXPECT_EQ(mla_attention_combine_parts(32, 132), 4);
+  EXPECT_EQ(mla_attention_combine_parts(132, 132), 4);
+  EXPECT_EQ(mla_attention_combine_parts(133, 132), 1);
+  EXPECT_EQ(mla_attention_combine_parts(4096, 132), 1);
+  EXPECT_EQ(mla_attention_combine_parts(96, 78), 1);
+}
+
 TEST(MlaAttentionCpu, OneKeyGivesItsValueAndScore) {
   Problem p = make(3, 1, 1, 1);
   mla_attention(Backend::cpu, p.args(false, 1.0f));

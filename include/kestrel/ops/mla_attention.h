@@ -59,6 +59,11 @@ inline constexpr int64_t kMlaAttentionMinSplitKeys = 64;
 inline constexpr int64_t kMlaAttentionMaxSplits = 256;
 int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
 
+// The CUDA combine kernel's CTAs per output row (a pure function, documented in
+// docs/ops/mla_attention.md): 4 (a quarter of the 512 columns each) when the call has at most
+// num_sms rows (Tq * H), so that few rows with many splits still spread over the GPU; else 1.
+int mla_attention_combine_parts(int64_t rows, int64_t num_sms);
+
 // The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
 // kernel stays as asked; `automatic` is the WGMMA kernel (v2) on compute capability 9.0 (the
 // sm_90a features it needs: wgmma, setmaxnreg, cp.async.bulk with mbarrier transactions) and

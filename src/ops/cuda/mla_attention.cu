@@ -413,19 +413,31 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
 // Merges the splits of one (token, head) row: weights exp2(lse_s - max), o = sum w o_s / sum w,
 // lse = (max + log2(sum w)) ln 2. A NaN partial gives NaN; no attended key gives 0 and -inf.
 // The partials are 2 KB per split, and small batches have few rows and many splits (B = 1, H =
-// 32 at 8k keys: 32 rows of 128 splits), so the reads must overlap: warp w takes splits w, w + 4,
-// ... (lane l: columns 4 l + 128 k, four 16-byte loads per split, two splits in flight), the
-// four warps' sums (all relative to the row's max) are added in shared memory in warp order.
-// (One thread per 4 columns walking every split in turn took ~0.2 us a split on the H200:
-// 25 us of B = 1's 45 us at 8k keys.)
+// 32 at 8k keys: 32 rows of 128 splits), so there the combine is bound by how many loads are in
+// flight, not by bytes. A CTA takes one row, or 1 / kParts of its columns (grid (rows, kParts);
+// kParts = 4 for batches of at most num_sms rows, the pure rule mla_attention_combine_parts):
+// warp w takes splits w, w + 4, ..., lane l 16 / kParts columns of each (4 l + 128 k), 8 16-byte
+// loads in flight per lane (two splits of a whole row, eight of a quarter); the four warps' sums
+// (all relative to the row's max) are added in shared memory in warp order. Every sum is formed
+// in the same fixed order for either kParts (deterministic, the same arithmetic per column).
+// (H200, B = 1, H = 32, 8k keys, Nsight: one CTA per row took 24 us, the attention kernel 17 us;
+// with 4 parts the op 29.2 -> 21.9 us. With thousands of rows 4 parts were slower (B = 32, H =
+// 128, 1k keys: 50 -> 76 us): there the grid fills the GPU already and each CTA's fixed work
+// (the max pass, two barriers) repeats 4 times. Before either, one thread per 4 columns walking
+// every split in turn took ~0.2 us a split.)
 constexpr int kCombineThreads = 128, kCombineWarps = kCombineThreads / 32;
-static_assert(4 * kCombineThreads == kDv, "a thread writes 4 output columns");
+template <int kParts>
 __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(const __grid_constant__ MlaAttentionParams p) {
-  __shared__ float part[kCombineWarps][kDv];
+  constexpr int kCols = kDv / kParts;     // columns of the CTA
+  constexpr int kVecs = kCols / 128;      // 16-byte loads per lane and split (4 or 1)
+  constexpr int kInFlight = 8 / kVecs;    // splits per warp in flight (quarter rows)
+  static_assert(kDv % (128 * kParts) == 0, "a lane holds whole 16-byte pieces");
+  __shared__ float part[kCombineWarps][kCols];
   __shared__ float part_sum[kCombineWarps], warp_mx[kCombineWarps];
   __shared__ int warp_nan[kCombineWarps];
   const int64_t rows = p.Tq * p.H, row = blockIdx.x;
   const int64_t t = row / p.H, h = row % p.H;
+  const int c0 = static_cast<int>(blockIdx.y) * kCols;  // the CTA's first column
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   // The row's max over the splits, and whether any is NaN.
   float mx = -INFINITY;
@@ -450,45 +462,78 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
     mx = fmaxf(mx, warp_mx[w]);
     nan |= warp_nan[w] != 0;
   }
+  // Accumulation: lane l's columns c0 + 4 l + 128 k + e (k < kVecs, e < 4). Output: thread tid <
+  // kCols / 4 writes columns c0 + 4 tid + e (the same columns, spread over every warp).
   float o[4] = {0.0f, 0.0f, 0.0f, 0.0f}, lse = -INFINITY;
   if (nan) {
     o[0] = o[1] = o[2] = o[3] = lse = NAN;
   } else if (mx != -INFINITY) {  // (uniform over the CTA)
-    float acc[4][4] = {}, sum = 0.0f;
+    float acc[kVecs][4] = {}, sum = 0.0f;
+    const auto add = [&](float w, const float4& v, int k) {
+      acc[k][0] += w * v.x;
+      acc[k][1] += w * v.y;
+      acc[k][2] += w * v.z;
+      acc[k][3] += w * v.w;
+    };
+    if constexpr (kParts == 1) {
+      // A whole row: 4 loads per split already; two splits unrolled put 8 in flight (a version
+      // with the loads of both issued explicitly first measured 1-2% slower on the H200).
 #pragma unroll 2
-    for (int s = warp; s < p.splits; s += kCombineWarps) {
-      const float w = exp2f(p.ws_lse[s * rows + row] - mx);
-      sum += w;
-      const float* src = p.ws_o + (s * rows + row) * kDv + 4 * lane;
+      for (int s = warp; s < p.splits; s += kCombineWarps) {
+        const float w = exp2f(p.ws_lse[s * rows + row] - mx);
+        sum += w;
+        const float* src = p.ws_o + (s * rows + row) * kDv + c0 + 4 * lane;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float4 v = *reinterpret_cast<const float4*>(src + 128 * k);
-        acc[k][0] += w * v.x;
-        acc[k][1] += w * v.y;
-        acc[k][2] += w * v.z;
-        acc[k][3] += w * v.w;
+        for (int k = 0; k < kVecs; ++k) add(w, *reinterpret_cast<const float4*>(src + 128 * k), k);
+      }
+    } else {
+      // One load per split: the loads of 8 splits are issued before any of their sums.
+      for (int s0 = warp; s0 < p.splits; s0 += kCombineWarps * kInFlight) {
+        float l[kInFlight];
+        float4 v[kInFlight][kVecs];
+#pragma unroll
+        for (int i = 0; i < kInFlight; ++i) {
+          const int s = s0 + i * kCombineWarps;
+          if (s < p.splits) {
+            l[i] = p.ws_lse[s * rows + row];
+            const float* src = p.ws_o + (s * rows + row) * kDv + c0 + 4 * lane;
+#pragma unroll
+            for (int k = 0; k < kVecs; ++k) v[i][k] = *reinterpret_cast<const float4*>(src + 128 * k);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < kInFlight; ++i) {
+          if (s0 + i * kCombineWarps < p.splits) {
+            const float w = exp2f(l[i] - mx);
+            sum += w;
+#pragma unroll
+            for (int k = 0; k < kVecs; ++k) add(w, v[i][k], k);
+          }
+        }
       }
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
+    for (int k = 0; k < kVecs; ++k)
       *reinterpret_cast<float4*>(&part[warp][4 * lane + 128 * k]) = make_float4(acc[k][0], acc[k][1], acc[k][2], acc[k][3]);
     if (lane == 0) part_sum[warp] = sum;
     __syncthreads();
+    if (tid >= kCols / 4) return;
     float total = 0.0f;
 #pragma unroll
     for (int w = 0; w < kCombineWarps; ++w) {
       total += part_sum[w];
-      const float4 v = *reinterpret_cast<const float4*>(&part[w][4 * tid]);
-      o[0] += v.x;
-      o[1] += v.y;
-      o[2] += v.z;
-      o[3] += v.w;
+      const float4 x = *reinterpret_cast<const float4*>(&part[w][4 * tid]);
+      o[0] += x.x;
+      o[1] += x.y;
+      o[2] += x.z;
+      o[3] += x.w;
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) o[k] /= total;
+    for (int e = 0; e < 4; ++e) o[e] /= total;
     lse = (mx + log2f(total)) * kLn2;
   }
-  const int d = 4 * tid;  // this thread's output columns
+  if (tid >= kCols / 4) return;
+  const int d = c0 + 4 * tid;  // this thread's output columns
   uint16_t* orow = p.o + t * p.o_s0 + h * p.o_s1;
   const uint32_t lo = pack_bf16x2(o[0], o[1]), hi = pack_bf16x2(o[2], o[3]);
   if (p.o_vec) {
@@ -499,7 +544,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
     orow[(d + 2) * p.o_s2] = static_cast<uint16_t>(hi & 0xffffu);
     orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
   }
-  if (p.lse && tid == 0) p.lse[t * p.lse_s0 + h * p.lse_s1] = lse;
+  if (p.lse && tid == 0 && blockIdx.y == 0) p.lse[t * p.lse_s0 + h * p.lse_s1] = lse;
 }
 
 bool aligned(const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0; }
@@ -621,7 +666,11 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   }
   if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
-    mla_attention_combine_kernel<<<static_cast<unsigned>(Tq * H), kCombineThreads, 0, s>>>(p);
+    if (mla_attention_combine_parts(Tq * H, num_sms()) == 4) {
+      mla_attention_combine_kernel<4><<<dim3(static_cast<unsigned>(Tq * H), 4), kCombineThreads, 0, s>>>(p);
+    } else {
+      mla_attention_combine_kernel<1><<<static_cast<unsigned>(Tq * H), kCombineThreads, 0, s>>>(p);
+    }
     KESTREL_LAUNCHED("mla_attention_combine_kernel");
     scratch_free(ws, s);
   }

@@ -576,14 +576,38 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     named_bar_sync(kBarQ, 256);  // both warpgroups retired every wgmma reading the previous Q / P
     if (tp.ntiles > 0) {
       const int ct = static_cast<int>(opaque(static_cast<uint32_t>(t + 128 * c)));  // no hoisted offsets
+      constexpr int kPieces = kRows * (kDqk / 8) / 256;  // 18 16-byte pieces per thread
+      if (!kQFp8 && p.q_vec) {
+        // A bf16 q in 16-byte pieces: every piece by cp.async, all 18 in flight at once (one
+        // memory round trip; small batches wait on it: B = 1 runs one row tile per CTA), held
+        // in no register. Padding rows get zeros. Each thread waits for its own copies; the
+        // proxy fence and the barrier below then publish them to both warpgroups' wgmma.
 #pragma unroll 6
-      for (int u = 0; u < kRows * (kDqk / 8) / 256; ++u) {
-        int row, piece;  // conflict-free piece order (piece_of)
-        piece_of(ct + u * 256, kRows, row, piece);
-        const int col = piece * 8;
-        const int r = tp.r0 + row;
-        const uint4 v = r < s.rows_b ? q_chunk<kQFp8, kF16>(p, s.qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
-        *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kRows, row, col)) = v;
+        for (int u = 0; u < kPieces; ++u) {
+          int row, piece;  // conflict-free piece order (piece_of)
+          piece_of(ct + u * 256, kRows, row, piece);
+          const int col = piece * 8;
+          const int r = tp.r0 + row;
+          uint8_t* dst = base_ptr + kOffQ + sw128_offset(kRows, row, col);
+          if (r < s.rows_b) {
+            const int64_t at = static_cast<int64_t>(s.qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 + col;
+            cp_async_16(smem_u32(dst), static_cast<const uint16_t*>(p.q) + at);
+          } else {
+            *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+        cp_async_commit();
+        cp_async_wait_all();
+      } else {
+#pragma unroll 6
+        for (int u = 0; u < kPieces; ++u) {
+          int row, piece;  // conflict-free piece order (piece_of)
+          piece_of(ct + u * 256, kRows, row, piece);
+          const int col = piece * 8;
+          const int r = tp.r0 + row;
+          const uint4 v = r < s.rows_b ? q_chunk<kQFp8, kF16>(p, s.qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
+          *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kRows, row, col)) = v;
+        }
       }
       fence_proxy_async();
       named_bar_sync(kBarQ, 256);
