@@ -654,6 +654,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
   const auto [cc_major, cc_minor] = compute_capability();
   if (mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor) == MlaAttentionKernel::wgmma) {
+    p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= num_sms();
     launch_mla_attention_sm90(p, grid, fp8, q_fp8, a.precision == MlaAttentionPrecision::exact, s);
   } else if (fp8 && q_fp8) {
     launch<true, true>(p, grid, s);

@@ -35,6 +35,7 @@ struct MlaAttentionParams {
   float scale_log2;              // softmax_scale * kv_scale * q_scale * log2(e), left to right in f32
   float out_scale;               // kv_scale
   bool q_vec, o_vec;             // vector q chunks (16 B bf16, 8 B fp8) / 16-byte o chunks allowed
+  bool q_async;                  // v2: a bf16 q_vec q by cp.async (grids of at most one wave)
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
