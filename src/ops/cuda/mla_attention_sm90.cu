@@ -577,6 +577,15 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     if (tp.ntiles > 0) {
       const int ct = static_cast<int>(opaque(static_cast<uint32_t>(t + 128 * c)));  // no hoisted offsets
       constexpr int kPieces = kRows * (kDqk / 8) / 256;  // 18 16-byte pieces per thread
+      // Piece u of this thread: tile row `row` (query row r of the sequence), columns col ..
+      // col + 7 (conflict-free piece order: piece_of), stored at q_dst(row, col).
+      const auto q_piece = [&](int u, int& row, int& col, int& r) {
+        int piece;
+        piece_of(ct + u * 256, kRows, row, piece);
+        col = piece * 8;
+        r = tp.r0 + row;
+      };
+      const auto q_dst = [&](int row, int col) { return base_ptr + kOffQ + sw128_offset(kRows, row, col); };
       if (!kQFp8 && p.q_async) {
         // A bf16 q in 16-byte pieces, in a grid of at most one wave (q_async, set by the host):
         // every piece by cp.async, all 18 in flight at once (one memory round trip instead of
@@ -587,11 +596,9 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         // +-1.5% there, and the register path's medians were the faster ones).
 #pragma unroll 6
         for (int u = 0; u < kPieces; ++u) {
-          int row, piece;  // conflict-free piece order (piece_of)
-          piece_of(ct + u * 256, kRows, row, piece);
-          const int col = piece * 8;
-          const int r = tp.r0 + row;
-          uint8_t* dst = base_ptr + kOffQ + sw128_offset(kRows, row, col);
+          int row, col, r;
+          q_piece(u, row, col, r);
+          uint8_t* dst = q_dst(row, col);
           if (r < s.rows_b) {
             const int64_t at = static_cast<int64_t>(s.qb + r / p.H) * p.q_s0 + static_cast<int64_t>(r % p.H) * p.q_s1 + col;
             cp_async_16(smem_u32(dst), static_cast<const uint16_t*>(p.q) + at);
@@ -604,12 +611,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       } else {
 #pragma unroll 6
         for (int u = 0; u < kPieces; ++u) {
-          int row, piece;  // conflict-free piece order (piece_of)
-          piece_of(ct + u * 256, kRows, row, piece);
-          const int col = piece * 8;
-          const int r = tp.r0 + row;
+          int row, col, r;
+          q_piece(u, row, col, r);
           const uint4 v = r < s.rows_b ? q_chunk<kQFp8, kF16>(p, s.qb, r, col) : make_uint4(0u, 0u, 0u, 0u);
-          *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kRows, row, col)) = v;
+          *reinterpret_cast<uint4*>(q_dst(row, col)) = v;
         }
       }
       fence_proxy_async();
