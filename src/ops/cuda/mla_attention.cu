@@ -638,7 +638,8 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence.
   const int64_t q_plan = (Tq + B - 1) / B;
   const int64_t row_tiles = (q_plan * H + kRows - 1) / kRows;
-  const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, num_sms());
+  const int sms = num_sms();
+  const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms);
   p.splits = static_cast<int>(splits);
   KESTREL_CHECK(row_tiles <= INT32_MAX, op, ": ", row_tiles, " row tiles exceed the grid");
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
@@ -654,7 +655,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
   const auto [cc_major, cc_minor] = compute_capability();
   if (mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor) == MlaAttentionKernel::wgmma) {
-    p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= num_sms();
+    p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
     launch_mla_attention_sm90(p, grid, fp8, q_fp8, a.precision == MlaAttentionPrecision::exact, s);
   } else if (fp8 && q_fp8) {
     launch<true, true>(p, grid, s);
@@ -667,7 +668,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   }
   if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
-    if (mla_attention_combine_parts(Tq * H, num_sms()) == 4) {
+    if (mla_attention_combine_parts(Tq * H, sms) == 4) {
       mla_attention_combine_kernel<4><<<dim3(static_cast<unsigned>(Tq * H), 4), kCombineThreads, 0, s>>>(p);
     } else {
       mla_attention_combine_kernel<1><<<static_cast<unsigned>(Tq * H), kCombineThreads, 0, s>>>(p);

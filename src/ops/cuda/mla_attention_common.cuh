@@ -41,6 +41,7 @@ struct MlaAttentionParams {
 constexpr float kLn2 = 0.693147180559945309f;
 
 using mma16::pack_bf16x2;
+using mma16::pack_f16x2;
 
 // Two e4m3 bytes (first in the low byte) -> two bf16 (first in the low half). Exact: every
 // e4m3 value, subnormals and NaN included, is a bf16 value (via f16, also exact).
@@ -68,11 +69,6 @@ __device__ __forceinline__ uint4 fp8x8_dequantize(uint2 w) {
     return make_uint4(fp8x2_to_bf16x2(w.x & 0xffffu), fp8x2_to_bf16x2(w.x >> 16), fp8x2_to_bf16x2(w.y & 0xffffu),
                       fp8x2_to_bf16x2(w.y >> 16));
   }
-}
-
-__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);  // .x (lower 16 bits) = lo
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // Block-table entry k of sequence b: the page holding its KV positions k * page_size ...

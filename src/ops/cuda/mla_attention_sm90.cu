@@ -516,7 +516,7 @@ __device__ __forceinline__ void pack_and_publish_p(const float (&sc)[16], uint32
       if constexpr (kF16) {
         const __half2 hi = __floats2half2_rn(p0, p1);
         a_hi[ks][e] = *reinterpret_cast<const uint32_t*>(&hi);
-        if constexpr (kSplitP) a_lo[ks][e] = pack_f16(p0 - __low2float(hi), p1 - __high2float(hi));
+        if constexpr (kSplitP) a_lo[ks][e] = pack_f16x2(p0 - __low2float(hi), p1 - __high2float(hi));
       } else {
         const uint32_t hi = pack_bf16x2(p0, p1);
         a_hi[ks][e] = hi;
