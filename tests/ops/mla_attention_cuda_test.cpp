@@ -1,5 +1,6 @@
 // mla_attention on CUDA, what the matrix does not show: which mode of the WGMMA kernel ran (TMA
-// for a bf16 cache with page_size % 32 == 0, the relayout path otherwise; P split or rounded
+// for a bf16 cache with page_size % 32 == 0, the relayout path otherwise; any page size giving
+// the same bits; P split or rounded
 // once by the precision: the path is proven, not assumed, DESIGN.md rule 6), and a block-table entry outside the cache (device metadata
 // the kernel cannot reject) turning exactly the queries that see it into NaN on both kernels
 // and both modes, the rest matching the run without it bit for bit. Skipped without an sm_90a
@@ -134,6 +135,66 @@ TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
   const auto fp8 = run(make(64, DType::fp8_e4m3, {100, 37}, 4), MlaAttentionKernel::automatic);
   EXPECT_TRUE(launched(fp8, "mla_attention_sm90_kernel<fp8 cache, bf16 q>"));
   EXPECT_FALSE(launched(fp8, "tma"));
+}
+
+// The same logical KV rows (row (b, pos) from a generator that knows nothing of pages) in a
+// cache paged by `page_size`, with `capacity` positions per block-table row: the split count
+// depends on the capacity only, so two page sizes with the same capacity give the same plan.
+Problem make_paged(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens, int64_t capacity,
+                   uint64_t seed) {
+  Problem p = make(page_size, cache_dt, lens, seed);  // q, outputs, metadata shapes
+  const int64_t width = capacity / page_size;
+  p.pages = 1;
+  p.table.assign(static_cast<size_t>(p.B() * width), -1);
+  for (int64_t b = 0; b < p.B(); ++b)
+    for (int64_t k = 0; k < (lens[static_cast<size_t>(b)] + page_size - 1) / page_size; ++k)
+      p.table[static_cast<size_t>(b * width + k)] = static_cast<int32_t>(p.pages++);
+  ++p.pages;  // one spare page
+  const size_t n = static_cast<size_t>(p.pages * page_size * kMlaRow);
+  std::mt19937_64 fill(seed + 1);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> c(n);
+  for (auto& x : c) x = u(fill);  // rows no sequence owns: read (tile tails) but never attended
+  for (int64_t b = 0; b < p.B(); ++b)
+    for (int64_t pos = 0; pos < lens[static_cast<size_t>(b)]; ++pos) {
+      std::mt19937_64 row_rng(seed * 1000003u + static_cast<uint64_t>(b) * 65537u + static_cast<uint64_t>(pos));
+      const int64_t at = p.table[static_cast<size_t>(b * width + pos / page_size)] * page_size + pos % page_size;
+      for (int64_t d = 0; d < kMlaRow; ++d) c[static_cast<size_t>(at * kMlaRow + d)] = u(row_rng);
+    }
+  if (cache_dt == DType::bf16) {
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(c[i]);
+    p.cache = upload(h, {p.pages, page_size, kMlaRow}, DType::bf16, Device::cuda);
+  } else {
+    std::vector<uint8_t> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = f32_to_fp8_e4m3(c[i]);
+    p.cache = upload(h, {p.pages, page_size, kMlaRow}, DType::fp8_e4m3, Device::cuda);
+  }
+  p.block_table = upload(p.table, {p.B(), width}, DType::i32, Device::cuda);
+  return p;
+}
+
+// The page size does not change the bits: the same logical rows paged by 64 (a bf16 cache: TMA
+// mode) and by 16 (the relayout mode; fp8 caches take it for both) give the same o and lse, for
+// both cache dtypes and both precisions (ragged lengths, tails inside a tile, several splits).
+TEST_F(MlaAttentionCuda, PageSizeAndModeDoNotChangeTheBits) {
+  for (DType dt : {DType::bf16, DType::fp8_e4m3})
+    for (MlaAttentionPrecision pr : {MlaAttentionPrecision::exact, MlaAttentionPrecision::fast}) {
+      const std::string what = str("dtype ", dtype_name(dt), " precision ", static_cast<int>(pr));
+      const std::vector<int32_t> lens = {700, 37, 2000, 1, 1024};
+      const Problem tma = make_paged(64, dt, lens, 2048, 8);
+      const Problem relayout = make_paged(16, dt, lens, 2048, 8);
+      const auto tma_log = run(tma, MlaAttentionKernel::wgmma, pr);
+      const auto relayout_log = run(relayout, MlaAttentionKernel::wgmma, pr);
+      EXPECT_EQ(launched(tma_log, ", tma"), dt == DType::bf16) << what;
+      EXPECT_FALSE(launched(relayout_log, "tma")) << what;
+      const std::vector<uint16_t> o = testing_util::download<uint16_t>(tma.o);
+      EXPECT_EQ(o, testing_util::download<uint16_t>(relayout.o)) << what;
+      EXPECT_EQ(testing_util::download<float>(tma.lse), testing_util::download<float>(relayout.lse)) << what;
+      size_t finite = 0;
+      for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
+      EXPECT_GT(finite, o.size() / 2) << what << ": the outputs are mostly finite, non-zero values";
+    }
 }
 
 // MlaAttentionPrecision::fast takes the WGMMA kernel's instantiation with P rounded once (its

@@ -304,15 +304,28 @@ __device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint
     const uint8_t* src = raw + r * St::kRowBytes + c * kPieceBytes;
     uint8_t* dst = tile + sw128_offset(kKeys, kr0 + r, piece0 * 8);  // + u * kKvChunkBytes for piece u * 8 + c
     if (st == kRowCopy) {
+      if constexpr (kFp8) {
+        // The loads in two batches (5, then 4 pieces), each batch's conversions and stores after
+        // its loads: written load, convert, store per piece, the compiler kept that order (a
+        // store may alias a later load) and exposed every load's latency (Nsight at d7676b3,
+        // B128 8k H32 fp8: 27% of the kernel's samples in this loop, on each load's first use,
+        // while the consumers waited on `full` for 18%). All 9 at once spilled 12 bytes (the
+        // producer has 56 registers).
+        constexpr int kBatch1 = 5;
+        uint2 w[kColChunks];
 #pragma unroll
-      for (int u = 0; u < kColChunks; ++u) {
-        uint4 v;
-        if constexpr (kFp8) {
-          v = fp8x8_dequantize<kF16>(*reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes));
-        } else {
-          v = *reinterpret_cast<const uint4*>(src + u * 8 * kPieceBytes);
-        }
-        *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = v;
+        for (int u = 0; u < kBatch1; ++u) w[u] = *reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes);
+#pragma unroll
+        for (int u = 0; u < kBatch1; ++u) *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = fp8x8_dequantize<kF16>(w[u]);
+#pragma unroll
+        for (int u = kBatch1; u < kColChunks; ++u) w[u] = *reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes);
+#pragma unroll
+        for (int u = kBatch1; u < kColChunks; ++u)
+          *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = fp8x8_dequantize<kF16>(w[u]);
+      } else {
+#pragma unroll
+        for (int u = 0; u < kColChunks; ++u)
+          *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = *reinterpret_cast<const uint4*>(src + u * 8 * kPieceBytes);
       }
     } else {
       const uint32_t fill = st == kRowNan ? (kF16 ? 0x7e007e00u : 0x7fc07fc0u) : 0u;  // NaN (f16 / bf16), or zeros
