@@ -285,52 +285,67 @@ __device__ __forceinline__ void issue_chunk(uint32_t base, uint8_t* base_ptr, co
   }
 }
 
-// All 128 producer threads: staged chunk in `slot` -> rows kr0 .. of the swizzled bf16 tile.
-// Thread wt takes rows wt / 8 + 16 h and pieces u * 8 + wt % 8 (producer_piece: the
+// bf16 staged chunk (16 rows) in `slot` -> rows kr0 .. of the swizzled tile (all 128 producer
+// threads). Thread wt takes row wt / 8 and pieces u * 8 + wt % 8 (producer_piece: the
 // conflict-free order, status and addresses once per row).
-// kF16 (fp8 cache and fp8 q): the tile is written as f16, one instruction per two values.
-template <bool kFp8, bool kF16>
-__device__ __forceinline__ void relayout_chunk(uint8_t* base_ptr, int slot, uint8_t* tile, int kr0, int wt) {
-  using St = Staging<kFp8>;
-  constexpr int kPieceBytes = kFp8 ? 8 : 16;  // 8 values of the staged row
+__device__ __forceinline__ void relayout_chunk_bf16(uint8_t* base_ptr, int slot, uint8_t* tile, int kr0, int wt) {
+  using St = Staging<false>;
+  static_assert(St::kRowsPerChunk == 16, "one row per 8 threads");
   const uint8_t* raw = base_ptr + St::kOffSlots + slot * St::kSlotBytes;
-  const uint8_t* status = base_ptr + kOffStatus + slot * 32;
-  const int c = wt % 8;
+  int r, piece0;
+  producer_piece(wt, 0, 0, r, piece0);
+  const uint8_t st = base_ptr[kOffStatus + slot * 32 + r];
+  const uint8_t* src = raw + r * St::kRowBytes + (wt % 8) * 16;
+  uint8_t* dst = tile + sw128_offset(kKeys, kr0 + r, piece0 * 8);  // + u * kKvChunkBytes for piece u * 8 + wt % 8
+  if (st == kRowCopy) {
 #pragma unroll
-  for (int h = 0; h < St::kRowsPerChunk / 16; ++h) {
-    int r, piece0;
-    producer_piece(wt, h, 0, r, piece0);
-    const uint8_t st = status[r];
-    const uint8_t* src = raw + r * St::kRowBytes + c * kPieceBytes;
-    uint8_t* dst = tile + sw128_offset(kKeys, kr0 + r, piece0 * 8);  // + u * kKvChunkBytes for piece u * 8 + c
-    if (st == kRowCopy) {
-      if constexpr (kFp8) {
-        // The loads in two batches (5, then 4 pieces), each batch's conversions and stores after
-        // its loads: written load, convert, store per piece, the compiler kept that order (a
-        // store may alias a later load) and exposed every load's latency (Nsight at d7676b3,
-        // B128 8k H32 fp8: 27% of the kernel's samples in this loop, on each load's first use,
-        // while the consumers waited on `full` for 18%). All 9 at once spilled 12 bytes (the
-        // producer has 56 registers).
-        constexpr int kBatch1 = 5;
-        uint2 w[kColChunks];
+    for (int u = 0; u < kColChunks; ++u)
+      *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = *reinterpret_cast<const uint4*>(src + u * 8 * 16);
+  } else {
+    const uint32_t fill = st == kRowNan ? 0x7fc07fc0u : 0u;  // NaN (bf16), or zeros
 #pragma unroll
-        for (int u = 0; u < kBatch1; ++u) w[u] = *reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes);
+    for (int u = 0; u < kColChunks; ++u) *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = make_uint4(fill, fill, fill, fill);
+  }
+}
+
+// fp8 staged chunk (32 rows) in `slot` -> the swizzled f16 / bf16 tile: thread wt takes row
+// wt / 4 and, in each of the 9 column chunks, the 16 values 16 (wt % 4) ..: one 16-byte load and
+// two 16-byte stores each (a warp reads 8 rows x 64 contiguous bytes and writes 64 granules
+// over all 8 bank groups: no conflicts beyond the 4 wavefronts of 512 bytes). The loads go in
+// batches of kBatch (each batch's conversions and stores after its loads): written load,
+// convert, store per piece, the compiler kept that order (a store may alias a later load) and
+// exposed every load's latency (Nsight at d7676b3, B128 8k H32 fp8: 27% of the kernel's samples
+// in the producer's loop, on each load's first use; the consumers waited on `full` for 18%).
+template <bool kF16>
+__device__ __forceinline__ void relayout_chunk_fp8(uint8_t* base_ptr, int slot, uint8_t* tile, int wt) {
+  using St = Staging<true>;
+  static_assert(St::kRowsPerChunk == kKeys && St::kRowBytes == kDqk, "a chunk is a whole tile of fp8 rows");
+  constexpr int kBatch = 3;
+  static_assert(kColChunks % kBatch == 0);
+  const int r = wt / 4, q = wt % 4;
+  const uint8_t* src = base_ptr + St::kOffSlots + slot * St::kSlotBytes + r * St::kRowBytes + q * 16;
+  const uint8_t status = base_ptr[kOffStatus + slot * 32 + r];
+  uint8_t* dst = tile + sw128_offset(kKeys, r, q * 16);  // + u * kKvChunkBytes for column chunk u
+  uint8_t* dst_hi = tile + sw128_offset(kKeys, r, q * 16 + 8);
+  if (status == kRowCopy) {
 #pragma unroll
-        for (int u = 0; u < kBatch1; ++u) *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = fp8x8_dequantize<kF16>(w[u]);
+    for (int u0 = 0; u0 < kColChunks; u0 += kBatch) {
+      uint4 w[kBatch];
 #pragma unroll
-        for (int u = kBatch1; u < kColChunks; ++u) w[u] = *reinterpret_cast<const uint2*>(src + u * 8 * kPieceBytes);
+      for (int k = 0; k < kBatch; ++k) w[k] = *reinterpret_cast<const uint4*>(src + (u0 + k) * kAtomCols);
 #pragma unroll
-        for (int u = kBatch1; u < kColChunks; ++u)
-          *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = fp8x8_dequantize<kF16>(w[u]);
-      } else {
-#pragma unroll
-        for (int u = 0; u < kColChunks; ++u)
-          *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = *reinterpret_cast<const uint4*>(src + u * 8 * kPieceBytes);
+      for (int k = 0; k < kBatch; ++k) {
+        *reinterpret_cast<uint4*>(dst + (u0 + k) * kKvChunkBytes) = fp8x8_dequantize<kF16>(make_uint2(w[k].x, w[k].y));
+        *reinterpret_cast<uint4*>(dst_hi + (u0 + k) * kKvChunkBytes) = fp8x8_dequantize<kF16>(make_uint2(w[k].z, w[k].w));
       }
-    } else {
-      const uint32_t fill = st == kRowNan ? (kF16 ? 0x7e007e00u : 0x7fc07fc0u) : 0u;  // NaN (f16 / bf16), or zeros
+    }
+  } else {
+    const uint32_t fill = status == kRowNan ? (kF16 ? 0x7e007e00u : 0x7fc07fc0u) : 0u;  // NaN (f16 / bf16), or zeros
+    const uint4 v = make_uint4(fill, fill, fill, fill);
 #pragma unroll
-      for (int u = 0; u < kColChunks; ++u) *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = make_uint4(fill, fill, fill, fill);
+    for (int u = 0; u < kColChunks; ++u) {
+      *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = v;
+      *reinterpret_cast<uint4*>(dst_hi + u * kKvChunkBytes) = v;
     }
   }
 }
@@ -429,8 +444,12 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       if (wt < 32 && i + St::kSlots + 1 < nchunks) after = lookup_row<kFp8>(p, b, s, tp, i + St::kSlots + 1, wt);
       if (i % St::kChunksPerTile == 0) mbar_wait(base + kBarEmpty + 8 * st, ((ti / St::kStages) & 1) ^ 1);
       mbar_wait(base + kBarRaw + 8 * slot, (q / St::kSlots) & 1);
-      relayout_chunk<kFp8, kF16>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
-                           wt);
+      if constexpr (kFp8) {
+        relayout_chunk_fp8<kF16>(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, wt);
+      } else {
+        relayout_chunk_bf16(base_ptr, slot, base_ptr + kOffKv + st * kKvBytes, (i % St::kChunksPerTile) * St::kRowsPerChunk,
+                            wt);
+      }
       const bool tile_done = i % St::kChunksPerTile == St::kChunksPerTile - 1;
       if (tile_done) fence_proxy_async();  // this thread's tile stores -> the async proxy (wgmma)
       named_bar_sync(kBarProducer, 128);   // every thread is done with the slot (and the tile)
