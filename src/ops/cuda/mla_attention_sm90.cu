@@ -136,6 +136,8 @@
 //     index arithmetic per 16-byte piece): the closed-form relayout (producer_piece) -> 873 us;
 //   TMA mode for bf16 (no staging, no relayout, no per-byte producer work) -> 556 us;
 //   lazy rescaling -> 545 us (fp8, relayout mode: 876 us; H128: 985 us; B1 1k: 19.3 us).
+// Later (fp8 q, fast P, B128 8k H32): the relayout's staging loads batched, then as 16-byte
+// pieces -> 409 -> 353 us (each load's latency had been exposed: 27% of the samples).
 // Plain bf16 P (kSplitP = false, PV half the tensor work) measured no faster (594 us), so the
 // consumers are not tensor-bound: per tile they issue ~780 instructions per warp, and QK, the
 // score exchange, the softmax and PV run one after the other (~3,800 clk / tile). Tried: in
@@ -221,7 +223,10 @@ __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const
 // 2 stages, 3 slots. fp8 (32 rows a slot): 3 stages, 2 slots, measured 1.05-1.13x faster than
 // 2 and 3 on the H200 (the seesaw holds a pair of tiles, so with 2 stages the producer idles
 // until a pair ends). Also measured (docs/perf.md): 3 stages with 2 slots of 16 fp8 rows and
-// an L2 prefetch (cp.async.bulk.prefetch.L2) 4 chunks ahead, 1.43x slower (less in flight per SM).
+// an L2 prefetch (cp.async.bulk.prefetch.L2) 4 chunks ahead, 1.43x slower (less in flight per SM);
+// 4 slots of 16 fp8 rows, 0.75-0.80x (twice the per-chunk barrier and issue work); the e4m3 tile
+// by TMA into its own stage, dequantised there in place (4 stages, no staging), 0.68-0.71x (the
+// conversion then sits between landing and `full`, inside the stage's cycle).
 template <bool kFp8>
 struct Staging {
   static constexpr int kRowBytes = kFp8 ? kDqk : 2 * kDqk;  // 576 or 1,152 bytes per cache row
