@@ -241,6 +241,11 @@ struct Staging {
 };
 
 enum : uint8_t { kRowZero = 0, kRowCopy = 1, kRowNan = 2 };
+// The word a relayout writes over a row that is not a copy: NaN (f16 or bf16, two per word) for a
+// page outside the cache, zeros for a row past the end.
+__device__ __forceinline__ uint32_t row_fill(uint8_t status, bool f16) {
+  return status == kRowNan ? (f16 ? 0x7e007e00u : 0x7fc07fc0u) : 0u;
+}
 
 // Warp 0 of the producer stages chunk i of the row tile (staged-chunk counter q) into slot
 // q % 3 in two steps: lookup (lane r < rows-per-chunk finds the cache row of KV position
@@ -300,14 +305,14 @@ __device__ __forceinline__ void relayout_chunk_bf16(uint8_t* base_ptr, int slot,
   int r, piece0;
   producer_piece(wt, 0, 0, r, piece0);
   const uint8_t st = base_ptr[kOffStatus + slot * 32 + r];
-  const uint8_t* src = raw + r * St::kRowBytes + (wt % 8) * 16;
-  uint8_t* dst = tile + sw128_offset(kKeys, kr0 + r, piece0 * 8);  // + u * kKvChunkBytes for piece u * 8 + wt % 8
+  const uint8_t* src = raw + r * St::kRowBytes + piece0 * 16;
+  uint8_t* dst = tile + sw128_offset(kKeys, kr0 + r, piece0 * 8);  // + u * kKvChunkBytes for piece u * 8 + piece0
   if (st == kRowCopy) {
 #pragma unroll
     for (int u = 0; u < kColChunks; ++u)
       *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = *reinterpret_cast<const uint4*>(src + u * 8 * 16);
   } else {
-    const uint32_t fill = st == kRowNan ? 0x7fc07fc0u : 0u;  // NaN (bf16), or zeros
+    const uint32_t fill = row_fill(st, false);
 #pragma unroll
     for (int u = 0; u < kColChunks; ++u) *reinterpret_cast<uint4*>(dst + u * kKvChunkBytes) = make_uint4(fill, fill, fill, fill);
   }
@@ -345,7 +350,7 @@ __device__ __forceinline__ void relayout_chunk_fp8(uint8_t* base_ptr, int slot, 
       }
     }
   } else {
-    const uint32_t fill = status == kRowNan ? (kF16 ? 0x7e007e00u : 0x7fc07fc0u) : 0u;  // NaN (f16 / bf16), or zeros
+    const uint32_t fill = row_fill(status, kF16);
     const uint4 v = make_uint4(fill, fill, fill, fill);
 #pragma unroll
     for (int u = 0; u < kColChunks; ++u) {

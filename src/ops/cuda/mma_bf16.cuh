@@ -1,8 +1,9 @@
 // Warp-scope 16-bit tensor-core pieces: mma.sync m16n8k16 (bf16 or f16 operands, f32
 // accumulation), the ldmatrix loads of its fragments (plain and .trans), and the packing of f32
-// pairs into operand registers. Users: the mla_attention v1 kernel (bf16) and kda_chunk_prefill's
+// pairs into operand registers. Users: the mla_attention v1 kernel (bf16), kda_chunk_prefill's
 // state kernel (f16: 3 more mantissa bits than bf16, range |x| < 65504; why f16 there:
-// kda_chunk_prefill_state.cuh). ldmatrix moves 16-bit elements whatever they mean, so both types
+// kda_chunk_prefill_state.cuh), and for the packing also the mla_attention v2 kernel and the KDA
+// intra-chunk kernel's workspace stores. ldmatrix moves 16-bit elements whatever they mean, so both types
 // share the loads and the fragment layouts below.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16; g = lane / 4, t = lane % 4;
