@@ -95,7 +95,8 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6), K::wgmma);
 }
 
-// The combine rule (pure, docs/ops/mla_attention.md): a quarter row per CTA up to num_sms rows.
+// The combine rules (pure, docs/ops/mla_attention.md): a quarter row per CTA up to num_sms rows;
+// launched early (a programmatic dependent) behind grids that leave half the SMs free.
 TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
   EXPECT_EQ(mla_attention_combine_parts(1, 132), 4);
   EXPECT_EQ(mla_attention_combine_parts(32, 132), 4);
@@ -103,6 +104,10 @@ TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
   EXPECT_EQ(mla_attention_combine_parts(133, 132), 1);
   EXPECT_EQ(mla_attention_combine_parts(4096, 132), 1);
   EXPECT_EQ(mla_attention_combine_parts(96, 78), 1);
+  EXPECT_TRUE(mla_attention_combine_early(16, 132));   // B = 1, H = 32, 1k keys: 16 splits
+  EXPECT_TRUE(mla_attention_combine_early(66, 132));
+  EXPECT_FALSE(mla_attention_combine_early(67, 132));
+  EXPECT_FALSE(mla_attention_combine_early(128, 132));  // B = 1 at 8k keys: 128 splits
 }
 
 TEST(MlaAttentionCpu, OneKeyGivesItsValueAndScore) {

@@ -1,6 +1,6 @@
 // mla_attention on CUDA, what the matrix does not show: which mode of the WGMMA kernel ran (TMA
 // for a bf16 cache with page_size % 32 == 0, the relayout path otherwise; any page size giving
-// the same bits; P split or rounded
+// the same bits; Q by tensor copy or not, with the same bits; P split or rounded
 // once by the precision: the path is proven, not assumed, DESIGN.md rule 6), and a block-table entry outside the cache (device metadata
 // the kernel cannot reject) turning exactly the queries that see it into NaN on both kernels
 // and both modes, the rest matching the run without it bit for bit. Skipped without an sm_90a
@@ -191,6 +191,62 @@ TEST_F(MlaAttentionCuda, PageSizeAndModeDoNotChangeTheBits) {
       const std::vector<uint16_t> o = testing_util::download<uint16_t>(tma.o);
       EXPECT_EQ(o, testing_util::download<uint16_t>(relayout.o)) << what;
       EXPECT_EQ(testing_util::download<float>(tma.lse), testing_util::download<float>(relayout.lse)) << what;
+      size_t finite = 0;
+      for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
+      EXPECT_GT(finite, o.size() / 2) << what << ": the outputs are mostly finite, non-zero values";
+    }
+}
+
+// Q by tensor copy (a bf16 q whose tokens are H rows apart: the kernel's name says " + q by
+// tensor copy") gives the bits of the generic Q paths: the same query values in a wider buffer
+// (token stride (H + 1) * 576) take those. H = 32 and verify blocks of 7, 3, 1 and 2 queries, so
+// that a 64-row Q box holds another sequence's rows or rows past the tensor (padded rows, whose
+// values must not matter), and sequence 0 has more row tiles than the grid (a CTA's later row
+// tile takes the generic path); both caches, both precisions.
+TEST_F(MlaAttentionCuda, QByTensorCopyDoesNotChangeTheBits) {
+  constexpr int64_t H = 32;
+  const std::vector<int32_t> q_lens = {7, 3, 1, 2};
+  for (DType dt : {DType::bf16, DType::fp8_e4m3})
+    for (MlaAttentionPrecision pr : {MlaAttentionPrecision::exact, MlaAttentionPrecision::fast}) {
+      const std::string what = str("dtype ", dtype_name(dt), " precision ", static_cast<int>(pr));
+      Problem p = make(64, dt, {300, 1000, 65, 129}, 11);
+      p.H = H;
+      p.q_start = {0};
+      for (int32_t n : q_lens) p.q_start.push_back(p.q_start.back() + n);
+      const int64_t Tq = p.q_start.back();
+      std::mt19937_64 rng(12);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      std::vector<uint16_t> q(static_cast<size_t>(Tq * H * kMlaRow)), wide(static_cast<size_t>(Tq * (H + 1) * kMlaRow));
+      for (auto& x : wide) x = f32_to_bf16(u(rng));
+      for (int64_t t = 0; t < Tq; ++t)
+        for (int64_t i = 0; i < H * kMlaRow; ++i)
+          q[static_cast<size_t>(t * H * kMlaRow + i)] = wide[static_cast<size_t>(t * (H + 1) * kMlaRow + i)];
+      p.q = upload(q, {Tq, H, kMlaRow}, DType::bf16, Device::cuda);
+      const Tensor q_wide = upload(wide, {Tq, H + 1, kMlaRow}, DType::bf16, Device::cuda);
+      // Outputs poisoned (NaN) before each run: every element must be rewritten.
+      const auto poison = [&] {
+        p.o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * H * kMlaNope), 0x7fc1), {Tq, H, kMlaNope}, DType::bf16,
+                     Device::cuda);
+        p.lse = upload(std::vector<float>(static_cast<size_t>(Tq * H), NAN), {Tq, H}, DType::f32, Device::cuda);
+      };
+      poison();
+      p.starts = upload(p.q_start, {p.B() + 1}, DType::i32, Device::cuda);
+
+      const auto tensor_log = run(p, MlaAttentionKernel::wgmma, pr);
+      const std::vector<uint16_t> o = testing_util::download<uint16_t>(p.o);
+      const std::vector<float> lse = testing_util::download<float>(p.lse);
+      std::vector<std::string> generic_log;
+      cuda::set_launch_log(&generic_log);
+      poison();
+      MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma, pr);
+      a.q = q_wide.view().slice(1, 0, H);
+      mla_attention(Backend::cuda, a);
+      device_sync();
+      cuda::set_launch_log(nullptr);
+      EXPECT_TRUE(launched(tensor_log, " + q by tensor copy")) << what;
+      EXPECT_FALSE(launched(generic_log, "q by tensor copy")) << what;
+      EXPECT_EQ(testing_util::download<uint16_t>(p.o), o) << what;
+      EXPECT_EQ(testing_util::download<float>(p.lse), lse) << what;
       size_t finite = 0;
       for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
       EXPECT_GT(finite, o.size() / 2) << what << ": the outputs are mostly finite, non-zero values";

@@ -64,6 +64,11 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
 // num_sms rows (Tq * H), so that few rows with many splits still spread over the GPU; else 1.
 int mla_attention_combine_parts(int64_t rows, int64_t num_sms);
 
+// Whether the CUDA combine kernel launches as a programmatic dependent of the attention grid of
+// `ctas` CTAs (a pure function, documented in docs/ops/mla_attention.md): when that grid leaves at
+// least half the SMs free, where the combine's CTAs then wait for it.
+bool mla_attention_combine_early(int64_t ctas, int64_t num_sms);
+
 // The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
 // kernel stays as asked; `automatic` is the WGMMA kernel (v2) on compute capability 9.0 (the
 // sm_90a features it needs: wgmma, setmaxnreg, cp.async.bulk with mbarrier transactions) and

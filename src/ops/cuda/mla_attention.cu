@@ -435,6 +435,10 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
   __shared__ float part[kCombineWarps][kCols];
   __shared__ float part_sum[kCombineWarps], warp_mx[kCombineWarps];
   __shared__ int warp_nan[kCombineWarps];
+  // Launched as a programmatic dependent of a small attention grid (combine_early): wait until
+  // that grid has completed and its partials are visible. (Without the launch attribute this
+  // returns at once: stream order already holds.)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int64_t rows = p.Tq * p.H, row = blockIdx.x;
   const int64_t t = row / p.H, h = row % p.H;
   const int c0 = static_cast<int>(blockIdx.y) * kCols;  // the CTA's first column
@@ -656,6 +660,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const auto [cc_major, cc_minor] = compute_capability();
   if (mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor) == MlaAttentionKernel::wgmma) {
     p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
+    p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     launch_mla_attention_sm90(p, grid, fp8, q_fp8, a.precision == MlaAttentionPrecision::exact, s);
   } else if (fp8 && q_fp8) {
     launch<true, true>(p, grid, s);
@@ -668,11 +673,18 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   }
   if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
-    if (mla_attention_combine_parts(Tq * H, sms) == 4) {
-      mla_attention_combine_kernel<4><<<dim3(static_cast<unsigned>(Tq * H), 4), kCombineThreads, 0, s>>>(p);
-    } else {
-      mla_attention_combine_kernel<1><<<static_cast<unsigned>(Tq * H), kCombineThreads, 0, s>>>(p);
-    }
+    const int parts = mla_attention_combine_parts(Tq * H, sms);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(Tq * H), static_cast<unsigned>(parts));
+    cfg.blockDim = dim3(kCombineThreads);
+    cfg.stream = s;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = p.combine_early ? 1 : 0;
+    KESTREL_CUDA_CHECK(parts == 4 ? cudaLaunchKernelEx(&cfg, mla_attention_combine_kernel<4>, p)
+                                  : cudaLaunchKernelEx(&cfg, mla_attention_combine_kernel<1>, p));
     KESTREL_LAUNCHED("mla_attention_combine_kernel");
     scratch_free(ws, s);
   }

@@ -54,8 +54,8 @@
 // registers and in the hand-over buffer; one PV product per k-step), with its own stated
 // tolerance (+ 2^-8 kv_scale max|v| on o, docs/ops/mla_attention.md).
 //
-// Shared memory (dynamic, from a 1024-byte-aligned base; 232,128 B with the alignment slack,
-// 320 B under the limit):
+// Shared memory (dynamic, from a 1024-byte-aligned base; 232,136 B with the alignment slack,
+// 312 B under the limit):
 //   Q      [9 chunks][64 rows][128 B]   73,728  bf16, 128-byte swizzle (sw128_offset)
 //   KV     2 stages x [9][32][128 B]    73,728  bf16, 128-byte swizzle (TMA mode: stages 3 and 4
 //                                                 at raw, whose slots that mode does not use)
@@ -64,7 +64,7 @@
 //   P      [hi, lo][64 x 32] bf16        8,192  the seesaw hand-over (K-major, no swizzle), one
 //                                                 buffer written by the warpgroups in turn
 //   rows   m, alpha, l [2 WG][64] f32     1,536
-//   status [3 slots][32] u8, mbarriers full[4], empty[4], raw_full[3], landing.
+//   status [3 slots][32] u8, mbarriers full[4], empty[4], raw_full[3], landing, q_full.
 // TMA mode has 4 stages because the seesaw holds a pair of tiles while it computes: with 3, one
 // 36,864-byte tile was in flight per SM during a pair, short of what HBM latency needs (bf16
 // at 68% of copy); with 4, the next pair loads while this one computes.
@@ -108,7 +108,14 @@
 //                    the whole protocol, with planted bugs).
 //   Q                bar.sync 3 (256) at a row tile's start: every QK of the previous row tile
 //                    is retired (wait_group 0 before the epilogue) in both warpgroups; Q is
-//                    written, fence.proxy.async, bar.sync 3 again.
+//                    written, fence.proxy.async, bar.sync 3 again. Q by TMA (q_tma, the CTA's
+//                    first row tile only): thread 0 issues it right after the sequence plan
+//                    (before the block-table scan), arrive.expect_tx on q_full (count 1, one
+//                    phase per launch); consumers wait parity 0 after the first bar.sync 3.
+//   combine_early    every thread executes griddepcontrol.launch_dependents at the start, so
+//                    the combine kernel (a programmatic dependent, griddepcontrol.wait before
+//                    its first read) is resident when this grid ends; host rule
+//                    mla_attention_combine_early (small grids only).
 //   wgmma registers  the accumulators are touched only after wait_group retires the wgmma
 //                    writing them (operand fences keep the compiler from moving the accesses).
 //
@@ -183,11 +190,12 @@ constexpr uint32_t kOffStatus = kOffRows + 6 * kRows * 4;
 constexpr uint32_t kOffBar = kOffStatus + kRawSlots * 32;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStagesTma, kBarRaw = kOffBar + 16 * kStagesTma;
 constexpr uint32_t kBarLanding = kBarRaw + 8 * kRawSlots;
-constexpr uint32_t kSmemUsed = kBarLanding + 8;
+constexpr uint32_t kBarQFull = kBarLanding + 8;  // Q by TMA landed
+constexpr uint32_t kSmemUsed = kBarQFull + 8;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 static_assert(kOffKv % 1024 == 0 && kKvBytes % 1024 == 0 && kOffRaw % 16 == 0 && kOffP % 128 == 0 && kOffBar % 8 == 0);
 static_assert(kOffKv + kStagesTma * kKvBytes <= kOffP, "TMA mode's stages 3 and 4 lie in the staging room");
-static_assert(kSmemBytes == 232128 && kSmemBytes <= 232448, "the design note states the shared-memory size");
+static_assert(kSmemBytes == 232136 && kSmemBytes <= 232448, "the design note states the shared-memory size");
 
 // Named barriers (0 is __syncthreads). The seesaw hand-over (consumers only, 256 = 128 arriving
 // + 128 syncing): P0 full (warpgroup 0's P, m and rescale of tile a, for warpgroup 1), P1 full
@@ -215,6 +223,18 @@ __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const
   t.kv_end = min(s.end, s.L - s.n + (t.r0 + t.rows_here - 1) / p.H + 1);  // the last row's limit
   t.ntiles = t.kv_end > s.begin ? (t.kv_end - s.begin + kKeys - 1) / kKeys : 0;
   return t;
+}
+
+// Q of the row tile starting at query row r0 of the sequence by TMA (q_tma: a bf16 q whose
+// tokens are H rows apart, see encode_q_map): 9 boxes of 64 columns x 64 rows into the
+// 128-byte-swizzled Q, completing on q_full. Box rows past the sequence's rows hold the next
+// tokens' queries or zeros (past the tensor): padded rows, masked in every tile (lim = 0) and
+// never stored, so their values do not matter.
+__device__ __forceinline__ void issue_q(uint32_t base, const CUtensorMap& qmap, const SeqPlan& s, int H, int r0) {
+  mbar_arrive_expect_tx(base + kBarQFull, kQBytes);
+#pragma unroll
+  for (int c = 0; c < kColChunks; ++c)
+    tma_load_2d(base + kOffQ + c * kQChunkBytes, &qmap, c * kAtomCols, s.qb * H + r0, base + kBarQFull);
 }
 
 // ---- producer warpgroup ------------------------------------------------------------------------
@@ -373,7 +393,11 @@ __device__ __forceinline__ void producer_tma(const MlaAttentionParams& p, const 
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan(p, s, mt);
     if (tp.ntiles <= 0) continue;
-    int page_next = wt == 0 ? page_at(p, b, s.begin / p.page_size) : 0;
+    // The block-table entry of the next tile is looked up during this one's wait, and only when
+    // the next tile starts a new page (tiles of 32 keys: a page of 64 holds two). (With the
+    // tensor map's prefetch: within noise at B = 1 on the H200; kept as the simpler dependency.)
+    int page_idx = s.begin / p.page_size;
+    int page_next = wt == 0 ? page_at(p, b, page_idx) : 0;
     for (int j = 0; j < tp.ntiles; ++j) {
       const uint32_t ti = ti_run + j;
       const int st = static_cast<int>(ti % kStagesTma), pos = s.begin + j * kKeys, page = page_next;
@@ -381,7 +405,10 @@ __device__ __forceinline__ void producer_tma(const MlaAttentionParams& p, const 
       const uint32_t full = base + kBarFull + 8 * st, landing = base + kBarLanding;
       if (valid >= kKeys) {  // the common case: thread 0 alone
         if (wt != 0) continue;
-        if (j + 1 < tp.ntiles) page_next = page_at(p, b, (pos + kKeys) / p.page_size);  // in flight during the wait
+        if (j + 1 < tp.ntiles && (pos + kKeys) / p.page_size != page_idx) {
+          page_idx = (pos + kKeys) / p.page_size;
+          page_next = page_at(p, b, page_idx);  // in flight during the wait
+        }
         mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStagesTma) & 1) ^ 1);
         mbar_arrive_expect_tx(full, kKvBytes);
 #pragma unroll
@@ -595,8 +622,8 @@ __device__ __forceinline__ void pv_from_shared(float (&o)[128], uint32_t p_smem,
 }
 
 template <bool kQFp8, bool kF16, bool kSplitP>
-__device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                         uint8_t* base_ptr, int c, int t, int nst) {
+__device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma, const SeqPlan& s, int split,
+                                         uint32_t base, uint8_t* base_ptr, int c, int t, int nst) {
   const int lane = t % 32, tq = t % 4;
   const int row0 = frag_d_row(t, 0);  // this thread's rows: row0 and row0 + 8
   float* m_pub = reinterpret_cast<float*>(base_ptr + kOffRows);  // [2][64]: m after warpgroup c's tile
@@ -616,7 +643,12 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       lim[h] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
     }
     named_bar_sync(kBarQ, 256);  // both warpgroups retired every wgmma reading the previous Q / P
-    if (tp.ntiles > 0) {
+    if (tp.ntiles > 0 && q_tma && mt == static_cast<int>(blockIdx.x)) {
+      // The CTA's first row tile: its Q was issued by TMA at the kernel's start. (A CTA has one
+      // row tile unless a ragged batch gives a sequence more queries than the plan's ceil(Tq /
+      // B); later row tiles take the paths below.)
+      mbar_wait(base + kBarQFull, 0);
+    } else if (tp.ntiles > 0) {
       const int ct = static_cast<int>(opaque(static_cast<uint32_t>(t + 128 * c)));  // no hoisted offsets
       constexpr int kPieces = kRows * (kDqk / 8) / 256;  // 18 16-byte pieces per thread
       // Piece u of this thread: tile row `row` (query row r of the sequence), columns col ..
@@ -877,7 +909,8 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 // tma: `map` describes the bf16 cache (TMA mode, see producer_tma); else it is unused.
 template <bool kFp8, bool kQFp8, bool kSplitP>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map, int tma) {
+    mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map,
+                              const __grid_constant__ CUtensorMap qmap, int tma, int q_tma) {
   constexpr bool kF16 = kFp8 && kQFp8;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
@@ -885,14 +918,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* base_ptr = smem_raw + (base - raw_addr);
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, wt = tid % 128;
   const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
+  // A small grid lets the combine kernel launch now: its CTAs wait (griddepcontrol.wait) on
+  // SMs this grid leaves free, and start the moment it completes (combine_early, host rule).
+  if (p.combine_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 
   if (tid == 0) {
+    // The tensor map's first use would otherwise fetch it on the copies' path.
+    if (tma != 0) prefetch_tensormap(&map);
+    if (!kQFp8 && q_tma != 0) prefetch_tensormap(&qmap);
     for (int st = 0; st < kStagesTma; ++st) {
       mbar_init(base + kBarFull + 8 * st, 1);    // one producer thread (+ transaction bytes in TMA mode)
       mbar_init(base + kBarEmpty + 8 * st, 8);   // every consumer warp
     }
     for (int r = 0; r < kRawSlots; ++r) mbar_init(base + kBarRaw + 8 * r, 1);  // + transaction bytes
     mbar_init(base + kBarLanding, 1);                                          // + transaction bytes
+    mbar_init(base + kBarQFull, 1);                                            // + transaction bytes
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -912,6 +952,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.begin = split * chunk;
   s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
 
+  // The first row tile's Q by TMA, in flight while the block table is scanned below.
+  if (!kQFp8 && q_tma != 0 && tid == 0 && static_cast<int>(blockIdx.x) < s.row_tiles) {
+    const TilePlan tp = tile_plan(p, s, static_cast<int>(blockIdx.x));
+    if (tp.ntiles > 0) issue_q(base, qmap, s, p.H, tp.r0);
+  }
+
   // TMA mode (and its 3 stages) for this CTA: every warp scans the same block-table entries
   // and reaches the same answer, so producer and consumers agree on the ring.
   const bool tma_mode = !kFp8 && tma != 0 && pages_inside(p, b, s, tid % 32);
@@ -921,17 +967,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     producer<kFp8, kF16>(p, map, tma_mode, b, s, base, base_ptr, wt);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consumer<kQFp8, kF16, kSplitP>(p, s, split, base, base_ptr, wg - 1, wt, nst);
+    consumer<kQFp8, kF16, kSplitP>(p, !kQFp8 && q_tma != 0, s, split, base, base_ptr, wg - 1, wt, nst);
   }
 }
 
-// The tensor map of a bf16 cache for TMA mode: the cache as [num_pages][page_size][576] with
-// its page and row strides, boxes of 64 columns x 32 rows x 1 page, 128-byte swizzle (the
-// layout the descriptors read). False when TMA mode does not apply (page_size not a multiple of
-// 32, so a tile would straddle pages) or the driver refuses the map; the relayout path then
-// runs, with the same results.
-bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
-  if (p.page_size % kKeys != 0) return false;
+// The driver's cuTensorMapEncodeTiled, or nullptr when the driver does not offer it.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -941,6 +982,17 @@ bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
     (void)cudaGetLastError();
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+// The tensor map of a bf16 cache for TMA mode: the cache as [num_pages][page_size][576] with
+// its page and row strides, boxes of 64 columns x 32 rows x 1 page, 128-byte swizzle (the
+// layout the descriptors read). False when TMA mode does not apply (page_size not a multiple of
+// 32, so a tile would straddle pages) or the driver refuses the map; the relayout path then
+// runs, with the same results.
+bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
+  if (p.page_size % kKeys != 0) return false;
+  const auto encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.page_size),
                               static_cast<cuuint64_t>(p.num_pages)};
@@ -948,6 +1000,26 @@ bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
   const cuuint32_t box[3] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kKeys), 1u};
   const cuuint32_t unit[3] = {1u, 1u, 1u};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint8_t*>(p.cache), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The tensor map of a bf16 query for Q by TMA: q as [Tq * H rows][576] (a token's heads
+// consecutive rows, tokens H rows apart: q_s0 == H q_s1, q_vec's 16-byte alignment), boxes of
+// 64 columns x 64 rows, 128-byte swizzle (Q's layout), zeros past the last row. One thread
+// issues the 9 boxes, and the first row tile's load starts before the block-table scan; the
+// register and cp.async paths took ~5,500 cycles for a tile at B = 1 on the H200 (clock64
+// stamps), the longest step before the first QK. False (those paths run) for an fp8 q
+// (dequantised in registers), other strides, or a map the driver refuses.
+bool encode_q_map(const MlaAttentionParams& p, bool q_fp8, CUtensorMap* map) {
+  if (q_fp8 || !p.q_vec || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1) return false;
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.Tq * p.H)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.q_s1) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kRows)};
+  const cuuint32_t unit[2] = {1u, 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.q), dims, strides, box, unit,
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -966,12 +1038,15 @@ void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  static const std::string name = kernel_name(kFp8, kQFp8, false, kSplitP);
-  static const std::string name_tma = kernel_name(kFp8, kQFp8, true, kSplitP);
-  CUtensorMap map{};
+  // Names by (KV by TMA, Q by TMA); tests read them to prove the path taken.
+  static const std::string names[2][2] = {
+      {kernel_name(kFp8, kQFp8, false, kSplitP), kernel_name(kFp8, kQFp8, false, kSplitP) + " + q by tensor copy"},
+      {kernel_name(kFp8, kQFp8, true, kSplitP), kernel_name(kFp8, kQFp8, true, kSplitP) + " + q by tensor copy"}};
+  CUtensorMap map{}, qmap{};
   const bool tma = !kFp8 && encode_kv_map(p, &map);
-  mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP><<<grid, kThreads, kSmemBytes, s>>>(p, map, tma ? 1 : 0);
-  KESTREL_LAUNCHED((tma ? name_tma : name).c_str());
+  const bool q_tma = encode_q_map(p, kQFp8, &qmap);
+  mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP><<<grid, kThreads, kSmemBytes, s>>>(p, map, qmap, tma ? 1 : 0, q_tma ? 1 : 0);
+  KESTREL_LAUNCHED(names[tma][q_tma].c_str());
 }
 
 template <bool kSplitP>
