@@ -96,6 +96,15 @@ int mla_attention_combine_parts(int64_t rows, int64_t num_sms) { return rows <= 
 // B = 1 at 32k keys, 128 CTAs, 39.7 -> 49.4 us). Hence only grids that leave half the SMs free.
 bool mla_attention_combine_early(int64_t ctas, int64_t num_sms) { return 2 * ctas <= num_sms; }
 
+// Q by tensor copy starts a CTA's first QK ~2 us sooner at B = 1 (its Q lands while the block
+// table is read) and gave 1.07-1.26x on short splits; a CTA that then streams thousands of keys
+// gains nothing from that and measured slower with it (H200, same job: B = 128, H = 128, 8k keys
+// 757 -> 794 us exact, 629 -> 655 fast P; B = 32 at 32k fast P 330 -> 339), so long splits keep
+// the cp.async / register paths.
+bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits) {
+  return (kv_len + splits - 1) / splits <= kMlaAttentionQTensorMaxKeys;
+}
+
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor) {
   if (requested != MlaAttentionKernel::automatic) return requested;
   return cc_major == 9 && cc_minor == 0 ? MlaAttentionKernel::wgmma : MlaAttentionKernel::mma_sync;

@@ -96,7 +96,8 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
 }
 
 // The combine rules (pure, docs/ops/mla_attention.md): a quarter row per CTA up to num_sms rows;
-// launched early (a programmatic dependent) behind grids that leave half the SMs free.
+// launched early (a programmatic dependent) behind grids that leave half the SMs free; and Q by
+// tensor copy for splits of at most 2048 keys.
 TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
   EXPECT_EQ(mla_attention_combine_parts(1, 132), 4);
   EXPECT_EQ(mla_attention_combine_parts(32, 132), 4);
@@ -108,6 +109,10 @@ TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
   EXPECT_TRUE(mla_attention_combine_early(66, 132));
   EXPECT_FALSE(mla_attention_combine_early(67, 132));
   EXPECT_FALSE(mla_attention_combine_early(128, 132));  // B = 1 at 8k keys: 128 splits
+  EXPECT_TRUE(mla_attention_q_by_tensor_copy(1024, 16));   // B = 1, 1k keys: 64 keys a split
+  EXPECT_TRUE(mla_attention_q_by_tensor_copy(32768, 16));  // exactly 2048
+  EXPECT_FALSE(mla_attention_q_by_tensor_copy(32769, 16));
+  EXPECT_FALSE(mla_attention_q_by_tensor_copy(8192, 1));   // B = 128 at 8k keys: one split
 }
 
 TEST(MlaAttentionCpu, OneKeyGivesItsValueAndScore) {

@@ -69,6 +69,13 @@ int mla_attention_combine_parts(int64_t rows, int64_t num_sms);
 // least half the SMs free, where the combine's CTAs then wait for it.
 bool mla_attention_combine_early(int64_t ctas, int64_t num_sms);
 
+// Whether the WGMMA kernel may load a bf16 query by tensor copy (TMA; a pure function,
+// documented in docs/ops/mla_attention.md): when each split holds at most
+// kMlaAttentionQTensorMaxKeys keys of the planning length kv_len, i.e. when a CTA's start is a
+// large part of its time.
+inline constexpr int64_t kMlaAttentionQTensorMaxKeys = 2048;
+bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits);
+
 // The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
 // kernel stays as asked; `automatic` is the WGMMA kernel (v2) on compute capability 9.0 (the
 // sm_90a features it needs: wgmma, setmaxnreg, cp.async.bulk with mbarrier transactions) and

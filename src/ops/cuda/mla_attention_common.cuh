@@ -37,6 +37,7 @@ struct MlaAttentionParams {
   bool q_vec, o_vec;             // vector q chunks (16 B bf16, 8 B fp8) / 16-byte o chunks allowed
   bool q_async;                  // v2: a bf16 q_vec q by cp.async (grids of at most one wave)
   bool combine_early;            // v2: the combine kernel is launched as a programmatic dependent
+  bool q_tensor;                 // v2: a bf16 q may go by tensor copy (mla_attention_q_by_tensor_copy)
 };
 
 constexpr float kLn2 = 0.693147180559945309f;

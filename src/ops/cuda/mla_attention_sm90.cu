@@ -1010,9 +1010,10 @@ bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
 // issues the 9 boxes, and the first row tile's load starts before the block-table scan; the
 // register and cp.async paths took ~5,500 cycles for a tile at B = 1 on the H200 (clock64
 // stamps), the longest step before the first QK. False (those paths run) for an fp8 q
-// (dequantised in registers), other strides, or a map the driver refuses.
+// (dequantised in registers), long splits (q_tensor: the host rule
+// mla_attention_q_by_tensor_copy), other strides, or a map the driver refuses.
 bool encode_q_map(const MlaAttentionParams& p, bool q_fp8, CUtensorMap* map) {
-  if (q_fp8 || !p.q_vec || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1) return false;
+  if (q_fp8 || !p.q_tensor || !p.q_vec || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1) return false;
   const auto encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.Tq * p.H)};
