@@ -5,6 +5,13 @@
 
 namespace kestrel::ops {
 
+// Two roles cut the state kernel's shared-memory operand reads per chunk from 184 to 131 KB (each
+// S fragment read once for Qg S and Kg S) but need more registers and leave half the warps idle in
+// two phases: with one CTA per SM that measured 1.03x at 16k and 64k tokens, H = 32; with more
+// CTAs than SMs (H = 96: 384) uniform warps, two CTAs per SM, stay faster (roles 0.93-0.97x)
+// (H200, docs/perf.md, twelfth session).
+bool kda_chunk_prefill_state_roles(int64_t ctas, int64_t num_sms) { return ctas <= num_sms; }
+
 void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a) {
   constexpr const char* op = "kda_chunk_prefill";
   check_rank(op, "cu_seqlens", a.cu_seqlens, 1, "[N + 1]");

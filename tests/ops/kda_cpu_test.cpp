@@ -764,6 +764,15 @@ void expect_error(F&& f, const std::string& needle) {
   }
 }
 
+// The CUDA state kernel's layout rule (pure, docs/ops/kda.md): two roles while the grid has at
+// most one CTA per SM, uniform warps beyond.
+TEST(KdaCpu, StateKernelLayoutRule) {
+  EXPECT_TRUE(ops::kda_chunk_prefill_state_roles(128, 132));  // one sequence, H = 32
+  EXPECT_TRUE(ops::kda_chunk_prefill_state_roles(132, 132));
+  EXPECT_FALSE(ops::kda_chunk_prefill_state_roles(133, 132));
+  EXPECT_FALSE(ops::kda_chunk_prefill_state_roles(384, 132));  // H = 96
+}
+
 TEST(KdaCpu, BadInputNamesTheArgument) {
   std::mt19937_64 rng(12);
   const int64_t H = 2, B = 3;

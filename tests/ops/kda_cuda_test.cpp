@@ -7,9 +7,11 @@
 
 #include "testing/host_tensors.h"
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kestrel/core/convert.h"
@@ -256,6 +258,97 @@ TEST_P(Kda, ChunkPrefillWindowsAreBitIdentical) {
     const ChunkPrefillBytes tiny = run_chunk_prefill(GetParam(), lb, 1, 9);
     for (int b = 0; b < 3; ++b) EXPECT_EQ(tiny.buf[b], whole.buf[b]) << "1-byte bound, buffer " << b;
   }
+}
+
+// The state kernel's two warp layouts (kda_chunk_prefill_state_roles, by grid size) give the same
+// bits: two sequences as one batch (H = 24: a grid of 192 CTAs, uniform warps on a GPU of up to
+// 191 SMs) against each sequence alone (96 CTAs: two roles on one of at least 96), outputs, final
+// states and checkpoints compared byte for byte; the launch log proves which layout ran.
+TEST(KdaCuda, ChunkPrefillStateLayoutsAreBitIdentical) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "CUDA: " << why;
+  const int64_t H = 24, K = 128, V = 128, cols = 2 * H * K + H * V, slots = 4;
+  const std::vector<int64_t> lens = {300, 130};
+  const int64_t T = lens[0] + lens[1];
+  const auto qkv = random_f32(T * cols, 40, -1, 1), g = random_f32(T * H * K, 41, -4, 2),
+             beta = random_f32(T * H, 42, -3, 3), alog = random_f32(H, 43, -1, 1), dt = random_f32(H * K, 44, -1, 1),
+             pool0 = random_f32(slots * H * V * K, 45, -0.5f, 0.5f);
+  const Device dv = Device::cuda;
+  const Tensor at = upload(alog, {H}, DType::f32, dv), dtt = upload(dt, {H * K}, DType::f32, dv);
+  // Runs sequences [first, first + count) as one call, each from and to its own slot (1 + n),
+  // with checkpoints; returns the kernel names it launched.
+  const auto run = [&](Tensor& pool, Tensor& out, Tensor& ck, int64_t first, int64_t count) {
+    int64_t t0 = 0, p0 = 0;
+    for (int64_t n = 0; n < first; ++n) {
+      t0 += lens[static_cast<size_t>(n)];
+      p0 += lens[static_cast<size_t>(n)] / 64;
+    }
+    std::vector<int32_t> cu = {0}, slot, init;
+    std::vector<int64_t> cuk = {0};
+    for (int64_t n = first; n < first + count; ++n) {
+      cu.push_back(cu.back() + static_cast<int32_t>(lens[static_cast<size_t>(n)]));
+      cuk.push_back(cuk.back() + lens[static_cast<size_t>(n)] / 64);
+      slot.push_back(static_cast<int32_t>(1 + n));
+      init.push_back(1);
+    }
+    const int64_t Tn = cu.back();
+    ops::KdaChunkPrefillArgs a;
+    a.out = out.view().slice(0, t0, Tn);
+    a.state_pool = pool.view();
+    a.checkpoints = ck.view().slice(0, p0, cuk.back());
+    const Tensor q = upload(std::vector<float>(qkv.begin() + t0 * cols, qkv.begin() + (t0 + Tn) * cols), {Tn, cols},
+                            DType::f32, dv);
+    const Tensor gt = upload(std::vector<float>(g.begin() + t0 * H * K, g.begin() + (t0 + Tn) * H * K), {Tn, H, K},
+                             DType::f32, dv);
+    const Tensor bt = upload(std::vector<float>(beta.begin() + t0 * H, beta.begin() + (t0 + Tn) * H), {Tn, H},
+                             DType::f32, dv);
+    const Tensor cut = upload(cu, {count + 1}, DType::i32, dv), sl = upload(slot, {count}, DType::i32, dv),
+                 in = upload(init, {count}, DType::i32, dv), ckt = upload(cuk, {count + 1}, DType::i64, dv);
+    a.mixed_qkv = q.view();
+    a.raw_g = gt.view();
+    a.raw_beta = bt.view();
+    a.A_log = at.view();
+    a.dt_bias = dtt.view();
+    a.cu_seqlens = cut.view();
+    a.state_indices = sl.view();
+    a.has_initial_state = in.view();
+    a.cu_checkpoints = ckt.view();
+    a.lower_bound = -5.0f;
+    std::vector<std::string> names;
+    ops::cuda::set_launch_log(&names);
+    ops::kda_chunk_prefill(Backend::cuda, a);
+    device_sync();
+    ops::cuda::set_launch_log(nullptr);
+    return names;
+  };
+  const int64_t P = lens[0] / 64 + lens[1] / 64;
+  const auto fresh = [&](Tensor& pool, Tensor& out, Tensor& ck) {
+    pool = upload(pool0, {slots, H, V, K}, DType::f32, dv);
+    out = upload(std::vector<float>(static_cast<size_t>(T * H * V), NAN), {T, H, V}, DType::f32, dv);  // poisoned
+    ck = upload(std::vector<float>(static_cast<size_t>(P * H * V * K), NAN), {P, H, V, K}, DType::f32, dv);
+  };
+  Tensor pool_b, out_b, ck_b, pool_s, out_s, ck_s;
+  fresh(pool_b, out_b, ck_b);
+  const auto batch_names = run(pool_b, out_b, ck_b, 0, 2);
+  fresh(pool_s, out_s, ck_s);
+  auto single_names = run(pool_s, out_s, ck_s, 0, 1);
+  const auto second = run(pool_s, out_s, ck_s, 1, 1);
+  single_names.insert(single_names.end(), second.begin(), second.end());
+  const auto took = [](const std::vector<std::string>& names, const char* what) {
+    for (const auto& n : names)
+      if (n.find(what) != std::string::npos) return true;
+    return false;
+  };
+  if (took(batch_names, "<roles>") || took(single_names, "<uniform>"))
+    GTEST_SKIP() << "this GPU's SM count puts both calls on one layout";
+  EXPECT_TRUE(took(batch_names, "kda_chunk_prefill_state_kernel<uniform>"));
+  EXPECT_TRUE(took(single_names, "kda_chunk_prefill_state_kernel<roles>"));
+  EXPECT_EQ(download(out_s), download(out_b)) << "outputs";
+  EXPECT_EQ(download(pool_s), download(pool_b)) << "final states (and untouched slots)";
+  EXPECT_EQ(download(ck_s), download(ck_b)) << "checkpoints";
+  size_t finite = 0;
+  for (float x : testing_util::download<float>(out_b)) finite += std::isfinite(x) && x != 0.0f;
+  EXPECT_GT(finite, static_cast<size_t>(T * H * V) / 2) << "the outputs are mostly finite, non-zero values";
 }
 
 INSTANTIATE_TEST_SUITE_P(, Kda, testing::Values(Backend::cpu, Backend::cuda),

@@ -37,6 +37,12 @@ struct KdaChunkPrefillArgs {
 // are N + floor(T / 64). (The unit of max_workspace_bytes; the kernels static_assert it.)
 inline constexpr int64_t kKdaChunkWorkspaceBytesPerSlotHead = 71168;
 
+// CUDA: the state kernel's warp layout (a pure function, docs/ops/kda.md): warps in two roles
+// (one set multiplies the chunk's rows, the other holds and updates the state) when its grid of
+// `ctas` CTAs (sequences x heads x value tiles of 32) has at most one CTA per SM; else uniform
+// warps, of which an SM holds two CTAs. The two give bit-identical results.
+bool kda_chunk_prefill_state_roles(int64_t ctas, int64_t num_sms);
+
 void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a);
 Support kda_chunk_prefill_supports(Backend b, const KdaChunkPrefillArgs& a);
 void kda_chunk_prefill(Backend b, const KdaChunkPrefillArgs& a, Stream stream = nullptr);

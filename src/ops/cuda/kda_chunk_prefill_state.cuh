@@ -24,7 +24,18 @@
 // registers, in P7-state's C-fragment map (warp w, key dims 16 w ..: 16 values per thread),
 // across the whole sequence; after each update its owner writes the f16 copy that P5 reads from
 // shared memory. The final state and the checkpoints are stored from the f32
-// registers (exact).
+// registers (exact). That is the uniform layout (state_uniform).
+// The roles layout (state_roles; kRoles, chosen by the host rule kda_chunk_prefill_state_roles
+// when the grid has at most one CTA per SM): row warps 0-3 take row block rb = warp and all 32
+// columns in P5 (each S fragment read once for both Qg S and Kg S) and P7-out; state warps 4-7
+// hold the state (key dims 32 (warp - 4) .. + 31, two C tiles) and do P7-state and the f16
+// copy; P6 as above on all eight. Operand reads from shared memory per chunk and CTA: 131 KB
+// instead of 184. The two roles run their own loops and meet at the same three barriers per
+// chunk from different code positions (cta_sync_any_position). Every product is the same
+// mma.sync on the same operands, accumulated in the same k order, so the two layouts give the
+// same bits (tests/ops/kda_cuda_test.cpp, ChunkPrefillStateLayoutsAreBitIdentical). Measured
+// (H200, docs/perf.md, twelfth session): 1.03x for the op at 16k and 64k tokens, H = 32; with
+// more CTAs than SMs (H = 96) the uniform layout, two CTAs per SM, stays faster.
 //
 // Pipeline: the chunk's workspace (an image of the operand buffers below, padded rows included:
 // kda_chunk_prefill_common.cuh) arrives by three bulk copies (cp.async.bulk, thread 0 issuing,
@@ -74,6 +85,14 @@
 namespace kestrel::ops::cuda::kda_chunk {
 
 inline constexpr int kLdV = kTileV + 8;  // rows of 32 f16 (s, y, vn)
+inline constexpr int kRowWarps = 4;      // state_roles: warps 0-3 P5, P7-out; warps 4-7 the state
+
+// A CTA barrier that warps may reach from different code positions (barrier.sync without
+// .aligned; __syncthreads is the aligned form, which requires one position for the whole CTA).
+// Barrier 1, all kThreads threads.
+__device__ __forceinline__ void cta_sync_any_position() {
+  asm volatile("barrier.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
 
 // Calls f(std::integral_constant<int, mb + 1>): the 16-deep k-steps of row block mb of a lower
 // block-triangular product over the chunk (16-row blocks), fixed at compile time.
@@ -109,42 +128,23 @@ __device__ __forceinline__ void store2(f16 (*dst)[kLdV], int row, int col, float
   *reinterpret_cast<uint32_t*>(&dst[row][col]) = mma16::pack_f16x2(x0, x1);
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(const Params p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  StateSmem& s = *reinterpret_cast<StateSmem*>(smem_raw);
-  const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
-  const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
-  const int h = static_cast<int>(nh % p.H);
-  const int64_t n = nh / p.H;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int v0 = tile * kTileV;
-  const int64_t bos = load_index(p.cu_seqlens, p.cu64, n * p.cu_s0);
-  const int64_t len = load_index(p.cu_seqlens, p.cu64, (n + 1) * p.cu_s0) - bos;
-  const int64_t slot = load_index(p.slots, p.slot64, n * p.slot_s0);
-  T* out = static_cast<T*>(p.out);
-  const int64_t out_h = static_cast<int64_t>(h) * p.out_s1;
-  // This launch's window of chunk slots: chunks c_begin .. c_end - 1 of the sequence, rows
-  // beg .. end - 1. An empty sequence (no chunk) is handled by the first window.
-  const int64_t ws0 = chunk_slot_base(p, n);  // workspace slot of chunk 0
-  const int64_t nchunks = (len + kC - 1) / kC;
-  const int64_t c_begin = p.slot_lo > ws0 ? p.slot_lo - ws0 : 0;
-  const int64_t c_end = p.slot_hi - ws0 < nchunks ? p.slot_hi - ws0 : nchunks;
-  const int64_t beg = c_begin * kC, end = c_end * kC < len ? c_end * kC : len;
-  if (beg >= end && !(len == 0 && p.slot_lo == 0)) return;  // nothing here (uniform: no barrier yet)
-  if (slot <= 0) {  // padding: zero output rows, no state read or written
-    for (int64_t x = tid; x < (end - beg) * kTileV; x += kThreads)
-      out[(bos + beg + x / kTileV) * p.out_s0 + out_h + (v0 + x % kTileV) * p.out_s2] = from_f32<T>(0.0f);
-    return;
-  }
-  // The first window of a sequence starts from its initial state (or zeros); a later one from
-  // the slot, where the window before left the f32 state after chunk c_begin - 1.
-  const bool read_state =
-      c_begin > 0 || p.has_init == nullptr || load_index(p.has_init, p.init64, n * p.init_s0) != 0;
-  const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot
-  float* slot_head = p.pool + slot * p.pool_s0 + head;
-  const int64_t ck0 = p.ckpt != nullptr ? load_index(p.cu_ckpt, p.cuk64, n * p.cuk_s0) : 0;
+// The work of one state CTA, as the kernel resolved it (sequence, head, value tile, window).
+struct StateTask {
+  int tid, warp, lane, v0, h;
+  int64_t bos, len, beg, end, ws0, c_begin, out_h, head, ck0;
+  bool read_state;
+  float* slot_head;
+};
 
+// Uniform warps: every warp does a share of every product (the map in the note above).
+template <typename T>
+__device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, const StateTask& k) {
+  const int tid = k.tid, warp = k.warp, lane = k.lane, v0 = k.v0, h = k.h;
+  const int64_t bos = k.bos, len = k.len, beg = k.beg, end = k.end, ws0 = k.ws0, c_begin = k.c_begin;
+  const int64_t out_h = k.out_h, head = k.head, ck0 = k.ck0;
+  const bool read_state = k.read_state;
+  T* out = static_cast<T*>(p.out);
+  float* slot_head = k.slot_head;
   // Fragment coordinates (mma_bf16.cuh): g = lane / 4, t = lane % 4; C element c of tile nt is
   // row g + 8 (c / 2), column 8 nt + 2 t + c % 2 of the tile's 16 x 8 block.
   const int g = lane / 4, t = lane % 4;
@@ -306,6 +306,249 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
   for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c) slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c)] = st[nt][c];
+}
+
+// Warps in two roles (kRoles; the note above): row warps 0-3 (P5, P7-out), state warps 4-7
+// (the state, P7-state), P6 on all.
+template <typename T>
+__device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const StateTask& k) {
+  const int tid = k.tid, warp = k.warp, lane = k.lane, v0 = k.v0, h = k.h;
+  const int64_t bos = k.bos, len = k.len, beg = k.beg, end = k.end, ws0 = k.ws0, c_begin = k.c_begin;
+  const int64_t out_h = k.out_h, head = k.head, ck0 = k.ck0;
+  const bool read_state = k.read_state;
+  T* out = static_cast<T*>(p.out);
+  float* slot_head = k.slot_head;
+  // Fragment coordinates (mma_bf16.cuh): g = lane / 4, t = lane % 4; C element c of tile nt is
+  // row g + 8 (c / 2), column 8 nt + 2 t + c % 2 of the tile's 16 x 8 block.
+  const int g = lane / 4, t = lane % 4;
+  // P6's map (all warps): 16-row block mb, value columns 16 ch .. 16 ch + 15. Block mb costs mb +
+  // 1 k-steps (Tm lower triangular); warps w and w + 4 share a scheduler, so they take blocks mb
+  // and 3 - mb: every scheduler then issues 5 k-steps there.
+  const int mb = warp < 4 ? warp : 7 - warp;
+  const int ch = warp / 4;
+  // P6: Vn = Tm Y -> vn on block mb x columns 16 ch ..; block mb needs columns j < 16 (mb + 1).
+  auto p6 = [&] {
+    by_row_block(mb, [&](auto steps) {
+      float vn[2][4] = {};
+#pragma unroll
+      for (int ks = 0; ks < decltype(steps)::value; ++ks) {
+        uint32_t ta[4], b[2][2];
+        mma16::load_a(ta, &s.w.tm[16 * mb][16 * ks], kLdT, lane);
+        mma16::load_b_trans(b, &s.y[16 * ks][16 * ch], kLdV, lane);
+        mma16::mma_row<2, f16>(vn, ta, b);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          store2(s.vn, 16 * mb + g + 8 * hf, 16 * ch + 8 * nt + 2 * t, vn[nt][2 * hf], vn[nt][2 * hf + 1]);
+    });
+  };
+  // Every thread waits on a group's mbarrier itself (the wait makes the copied bytes visible to
+  // it), then the CTA barrier. The two roles below run their own loops (each keeps only its own
+  // registers live: one loop for both needed 192), and meet at the same barriers, B1 B2 B3 once
+  // per chunk, from different code positions: cta_sync_any_position, not __syncthreads.
+  auto landed_and_sync = [&](int group, uint32_t phase) {
+    sm90::mbar_wait(smem_u32(&s.bar[group]), phase);
+    cta_sync_any_position();
+  };
+  if (tid == 0) {
+    for (int g = 0; g < 3; ++g) sm90::mbar_init(smem_u32(&s.bar[g]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // the inits before the async proxy's use
+    if (beg < end) issue_group(s, 0, ws_at(p, ws0 + c_begin, h));
+  }
+
+  if (warp < kRowWarps) {
+    // ---- Row warps: row block rb = warp of the chunk, all 32 columns, in P5 and P7-out.
+    const int rb = warp;
+    auto row_of = [&](int c) { return 16 * rb + g + 8 * (c / 2); };
+    auto col_of = [&](int nt, int c) { return 8 * nt + 2 * t + c % 2; };
+    // This warp's v elements of the current chunk at its P5 C positions, kept as loaded (widened
+    // only when used, a chunk later: converting at the load made the thread wait for it).
+    const int64_t HK = static_cast<int64_t>(p.H) * kK;
+    const T* vsrc = static_cast<const T*>(p.qkv) + 2 * HK + static_cast<int64_t>(h) * p.V + v0;
+    T vr[4][4];
+    auto load_v = [&](int64_t c0) {
+      const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+          vr[nt][c] = row_of(c) < C ? vsrc[(bos + c0 + row_of(c)) * p.qkv_s0 + col_of(nt, c)] : from_f32<T>(0.0f);
+    };
+    if (beg < end) load_v(beg);
+    cta_sync_any_position();  // the mbarriers initialised, the first f16 state published
+    uint32_t phase = 0;  // of the three mbarriers: each completes once per chunk
+#pragma unroll 1
+    for (int64_t c0 = beg; c0 < end; c0 += kC, phase ^= 1) {
+      const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+      const unsigned char* ws = ws_at(p, ws0 + c0 / kC, h);
+      landed_and_sync(0, phase);  // ---- B1: Qg, Kg landed; S published
+      if (tid == 0) {
+        issue_group(s, 1, ws);
+        issue_group(s, 2, ws);
+      }
+      // ---- P5: O = Qg S (kept to P7) and Y = V - Kg S -> y, each S fragment read once for both.
+      float o[4][4] = {};
+      {
+        float y[4][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < kK / 16; ++ks) {
+          uint32_t aq[4], ak[4], b[4][2];
+          mma16::load_a(aq, &s.w.qg[16 * rb][16 * ks], kLdA, lane);
+          mma16::load_a(ak, &s.w.kg[16 * rb][16 * ks], kLdA, lane);
+          mma16::load_b_trans(b, &s.s[16 * ks][0], kLdV, lane);
+          mma16::mma_row<4, f16>(o, aq, b);
+          mma16::mma_row<4, f16>(y, ak, b);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            const int c = 2 * hf;
+            store2(s.y, row_of(c), col_of(nt, 0), to_f32(vr[nt][c]) - y[nt][c], to_f32(vr[nt][c + 1]) - y[nt][c + 1]);
+          }
+      }
+      if (c0 + kC < end) load_v(c0 + kC);
+      landed_and_sync(1, phase);  // ---- B2: Tm landed; y written
+      if (tid == 0 && c0 + kC < end) issue_group(s, 0, ws + static_cast<int64_t>(p.H) * kWsBytes);  // the next slot, same head
+      p6();
+      landed_and_sync(2, phase);  // ---- B3: Kd, Aqk, dec landed; vn written
+      // ---- P7-out: O += Aqk Vn (block rb, j < 16 (rb + 1)), stored.
+      by_row_block(rb, [&](auto steps) {
+#pragma unroll
+        for (int ks = 0; ks < decltype(steps)::value; ++ks) {
+          uint32_t aa[4], b[4][2];
+          mma16::load_a(aa, &s.w.aqk[16 * rb][16 * ks], kLdT, lane);
+          mma16::load_b_trans(b, &s.vn[16 * ks][0], kLdV, lane);
+          mma16::mma_row<4, f16>(o, aa, b);
+        }
+      });
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        if (row_of(c) >= C) continue;
+        T* dst = out + (bos + c0 + row_of(c)) * p.out_s0 + out_h;
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt) dst[(v0 + col_of(nt, c)) * p.out_s2] = from_f32<T>(o[nt][c]);
+      }
+    }
+    return;
+  }
+
+  // ---- State warps: key dims d0 .. d0 + 31 of the state tile S[:, v0 .. v0 + 31], all 32
+  // columns, in f32 registers (two 16-row C tiles: S[d][v] for d = d0 + 16 mt + g + 8 (c / 2), v
+  // = 8 nt + 2 t + c % 2) across the whole sequence; after each update they write the f16 copy
+  // that P5 reads. The final state and the checkpoints are stored from the f32 registers (exact).
+  const int d0 = 32 * (warp - kRowWarps);
+  auto st_d = [&](int mt, int c) { return d0 + 16 * mt + g + 8 * (c / 2); };
+  auto st_v = [&](int nt, int c) { return 8 * nt + 2 * t + c % 2; };
+  float st[2][4][4];
+  auto publish_state = [&] {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf)
+          store2(s.s, st_d(mt, 2 * hf), st_v(nt, 0), st[mt][nt][2 * hf], st[mt][nt][2 * hf + 1]);
+  };
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        st[mt][nt][c] = read_state ? slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c)] : 0.0f;
+  publish_state();
+  cta_sync_any_position();  // the mbarriers initialised, the first f16 state published
+  uint32_t phase = 0;
+#pragma unroll 1
+  for (int64_t c0 = beg; c0 < end; c0 += kC, phase ^= 1) {
+    const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
+    landed_and_sync(0, phase);  // B1
+    landed_and_sync(1, phase);  // B2
+    p6();
+    landed_and_sync(2, phase);  // B3
+    // ---- P7-state: S = diag(dec) S + Kd^T Vn, in the f32 registers that hold S; then the f16
+    // copy for the next P5 (read after the next B1), and the checkpoint.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) st[mt][nt][c] *= s.w.dec[st_d(mt, c)];
+#pragma unroll
+    for (int ks = 0; ks < kC / 16; ++ks) {
+      uint32_t b[4][2];
+      mma16::load_b_trans(b, &s.vn[16 * ks][0], kLdV, lane);
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        uint32_t ka[4];
+        mma16::load_a_trans(ka, &s.w.kd[16 * ks][d0 + 16 * mt], kLdA, lane);
+        mma16::mma_row<4, f16>(st[mt], ka, b);
+      }
+    }
+    publish_state();
+    if (p.ckpt != nullptr && C == kC) {
+      float* ck = p.ckpt + (ck0 + c0 / kC) * p.ckpt_s0 + head;
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) ck[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c)] = st[mt][nt][c];
+    }
+  }
+  // The final state (an empty sequence stores its initial state, or zeros).
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c)] = st[mt][nt][c];
+}
+
+template <typename T, bool kRoles>
+__global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(const Params p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  StateSmem& s = *reinterpret_cast<StateSmem*>(smem_raw);
+  const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
+  const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
+  const int h = static_cast<int>(nh % p.H);
+  const int64_t n = nh / p.H;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int v0 = tile * kTileV;
+  const int64_t bos = load_index(p.cu_seqlens, p.cu64, n * p.cu_s0);
+  const int64_t len = load_index(p.cu_seqlens, p.cu64, (n + 1) * p.cu_s0) - bos;
+  const int64_t slot = load_index(p.slots, p.slot64, n * p.slot_s0);
+  T* out = static_cast<T*>(p.out);
+  const int64_t out_h = static_cast<int64_t>(h) * p.out_s1;
+  // This launch's window of chunk slots: chunks c_begin .. c_end - 1 of the sequence, rows
+  // beg .. end - 1. An empty sequence (no chunk) is handled by the first window.
+  const int64_t ws0 = chunk_slot_base(p, n);  // workspace slot of chunk 0
+  const int64_t nchunks = (len + kC - 1) / kC;
+  const int64_t c_begin = p.slot_lo > ws0 ? p.slot_lo - ws0 : 0;
+  const int64_t c_end = p.slot_hi - ws0 < nchunks ? p.slot_hi - ws0 : nchunks;
+  const int64_t beg = c_begin * kC, end = c_end * kC < len ? c_end * kC : len;
+  if (beg >= end && !(len == 0 && p.slot_lo == 0)) return;  // nothing here (uniform: no barrier yet)
+  if (slot <= 0) {  // padding: zero output rows, no state read or written
+    for (int64_t x = tid; x < (end - beg) * kTileV; x += kThreads)
+      out[(bos + beg + x / kTileV) * p.out_s0 + out_h + (v0 + x % kTileV) * p.out_s2] = from_f32<T>(0.0f);
+    return;
+  }
+  // The first window of a sequence starts from its initial state (or zeros); a later one from
+  // the slot, where the window before left the f32 state after chunk c_begin - 1.
+  const bool read_state =
+      c_begin > 0 || p.has_init == nullptr || load_index(p.has_init, p.init64, n * p.init_s0) != 0;
+  const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot
+  float* slot_head = p.pool + slot * p.pool_s0 + head;
+  const int64_t ck0 = p.ckpt != nullptr ? load_index(p.cu_ckpt, p.cuk64, n * p.cuk_s0) : 0;
+  const StateTask task{tid, warp, lane, v0, h, bos, len, beg, end, ws0, c_begin, out_h, head, ck0, read_state, slot_head};
+  if constexpr (kRoles) {
+    state_roles<T>(p, s, task);
+  } else {
+    state_uniform<T>(p, s, task);
+  }
 }
 
 }  // namespace kestrel::ops::cuda::kda_chunk

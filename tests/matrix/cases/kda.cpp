@@ -303,6 +303,9 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
       {{1, 70, 0, 130}, 2, Size::ci, false, DType::bf16},
       {{7, 64, 0, 129}, 1, Size::ci, false, DType::f32, false},
       {{1000, 63, 64, 65, 1, 200}, 4, Size::full},
+      // 6 x 8 x 4 = 192 state CTAs: more than an H200's 132 SMs, so the state kernel's uniform
+      // layout runs (the cases above have at most 96: two roles; kda_chunk_prefill_state_roles).
+      {{1000, 63, 64, 65, 1, 200}, 8, Size::full, false},
       {{4096}, 2, Size::full},
       {{1000}, 2, Size::full, false, DType::bf16, false},
       {{65, 1, 300, 64, 0, 63, 128}, 2, Size::full, false, DType::bf16},
