@@ -128,6 +128,37 @@ __device__ __forceinline__ void store2(f16 (*dst)[kLdV], int row, int col, float
   *reinterpret_cast<uint32_t*>(&dst[row][col]) = mma16::pack_f16x2(x0, x1);
 }
 
+// P5 for row block rb and kNt 8-column tiles from column c0: o += Qg S, y += Kg S, each S
+// fragment read once for both products (both layouts).
+template <int kNt>
+__device__ __forceinline__ void p5_products(StateSmem& s, int rb, int c0, int lane, float (&o)[kNt][4],
+                                            float (&y)[kNt][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kK / 16; ++ks) {
+    uint32_t aq[4], ak[4], b[kNt][2];
+    mma16::load_a(aq, &s.w.qg[16 * rb][16 * ks], kLdA, lane);
+    mma16::load_a(ak, &s.w.kg[16 * rb][16 * ks], kLdA, lane);
+    mma16::load_b_trans(b, &s.s[16 * ks][c0], kLdV, lane);
+    mma16::mma_row<kNt, f16>(o, aq, b);
+    mma16::mma_row<kNt, f16>(y, ak, b);
+  }
+}
+
+// P7-out for row block rb and kNt 8-column tiles from column c0: o += Aqk Vn over the k-steps j <
+// 16 (rb + 1) (Aqk is lower triangular; both layouts).
+template <int kNt>
+__device__ __forceinline__ void p7_out_products(StateSmem& s, int rb, int c0, int lane, float (&o)[kNt][4]) {
+  by_row_block(rb, [&](auto steps) {
+#pragma unroll
+    for (int ks = 0; ks < decltype(steps)::value; ++ks) {
+      uint32_t aa[4], b[kNt][2];
+      mma16::load_a(aa, &s.w.aqk[16 * rb][16 * ks], kLdT, lane);
+      mma16::load_b_trans(b, &s.vn[16 * ks][c0], kLdV, lane);
+      mma16::mma_row<kNt, f16>(o, aa, b);
+    }
+  });
+}
+
 // The work of one state CTA, as the kernel resolved it (sequence, head, value tile, window).
 struct StateTask {
   int tid, warp, lane, v0, h;
@@ -215,15 +246,7 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
     float o[2][4] = {};
     {
       float y[2][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < kK / 16; ++ks) {
-        uint32_t aq[4], ak[4], b[2][2];
-        mma16::load_a(aq, &s.w.qg[16 * mb][16 * ks], kLdA, lane);
-        mma16::load_a(ak, &s.w.kg[16 * mb][16 * ks], kLdA, lane);
-        mma16::load_b_trans(b, &s.s[16 * ks][16 * ch], kLdV, lane);
-        mma16::mma_row<2, f16>(o, aq, b);
-        mma16::mma_row<2, f16>(y, ak, b);
-      }
+      p5_products(s, mb, 16 * ch, lane, o, y);
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
@@ -260,15 +283,7 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
     sm90::mbar_wait(smem_u32(&s.bar[2]), phase);
     __syncthreads();
     // ---- P7-out: O += Aqk Vn (block mb, j < 16 (mb + 1)), stored.
-    by_row_block(mb, [&](auto steps) {
-#pragma unroll
-      for (int ks = 0; ks < decltype(steps)::value; ++ks) {
-        uint32_t aa[4], b[2][2];
-        mma16::load_a(aa, &s.w.aqk[16 * mb][16 * ks], kLdT, lane);
-        mma16::load_b_trans(b, &s.vn[16 * ks][16 * ch], kLdV, lane);
-        mma16::mma_row<2, f16>(o, aa, b);
-      }
-    });
+    p7_out_products(s, mb, 16 * ch, lane, o);
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if (row_of(c) >= C) continue;
@@ -392,15 +407,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
       float o[4][4] = {};
       {
         float y[4][4] = {};
-#pragma unroll
-        for (int ks = 0; ks < kK / 16; ++ks) {
-          uint32_t aq[4], ak[4], b[4][2];
-          mma16::load_a(aq, &s.w.qg[16 * rb][16 * ks], kLdA, lane);
-          mma16::load_a(ak, &s.w.kg[16 * rb][16 * ks], kLdA, lane);
-          mma16::load_b_trans(b, &s.s[16 * ks][0], kLdV, lane);
-          mma16::mma_row<4, f16>(o, aq, b);
-          mma16::mma_row<4, f16>(y, ak, b);
-        }
+        p5_products(s, rb, 0, lane, o, y);
 #pragma unroll
         for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -415,15 +422,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
       p6();
       landed_and_sync(2, phase);  // ---- B3: Kd, Aqk, dec landed; vn written
       // ---- P7-out: O += Aqk Vn (block rb, j < 16 (rb + 1)), stored.
-      by_row_block(rb, [&](auto steps) {
-#pragma unroll
-        for (int ks = 0; ks < decltype(steps)::value; ++ks) {
-          uint32_t aa[4], b[4][2];
-          mma16::load_a(aa, &s.w.aqk[16 * rb][16 * ks], kLdT, lane);
-          mma16::load_b_trans(b, &s.vn[16 * ks][0], kLdV, lane);
-          mma16::mma_row<4, f16>(o, aa, b);
-        }
-      });
+      p7_out_products(s, rb, 0, lane, o);
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if (row_of(c) >= C) continue;
