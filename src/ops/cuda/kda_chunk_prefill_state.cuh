@@ -144,6 +144,27 @@ __device__ __forceinline__ void p5_products(StateSmem& s, int rb, int c0, int la
   }
 }
 
+// P6 for row block mb and the 16 columns 16 ch ..: Vn = Tm Y -> vn; Tm is lower triangular, so
+// block mb needs columns j < 16 (mb + 1) only (both layouts, every warp).
+__device__ __forceinline__ void p6_products(StateSmem& s, int mb, int ch, int lane) {
+  const int g = lane / 4, t = lane % 4;
+  by_row_block(mb, [&](auto steps) {
+    float vn[2][4] = {};
+#pragma unroll
+    for (int ks = 0; ks < decltype(steps)::value; ++ks) {
+      uint32_t ta[4], b[2][2];
+      mma16::load_a(ta, &s.w.tm[16 * mb][16 * ks], kLdT, lane);
+      mma16::load_b_trans(b, &s.y[16 * ks][16 * ch], kLdV, lane);
+      mma16::mma_row<2, f16>(vn, ta, b);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf)
+        store2(s.vn, 16 * mb + g + 8 * hf, 16 * ch + 8 * nt + 2 * t, vn[nt][2 * hf], vn[nt][2 * hf + 1]);
+  });
+}
+
 // P7-out for row block rb and kNt 8-column tiles from column c0: o += Aqk Vn over the k-steps j <
 // 16 (rb + 1) (Aqk is lower triangular; both layouts).
 template <int kNt>
@@ -260,25 +281,8 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
     sm90::mbar_wait(smem_u32(&s.bar[1]), phase);
     __syncthreads();
     if (tid == 0 && c0 + kC < end) issue_group(s, 0, ws + static_cast<int64_t>(p.H) * kWsBytes);  // the next slot, same head
-    // ---- P6: Vn = Tm Y -> vn, the same 16 rows x 16 columns; Tm is lower triangular, so block
-    // mb needs columns j < 16 (mb + 1) only.
-    by_row_block(mb, [&](auto steps) {
-      float vn[2][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < decltype(steps)::value; ++ks) {
-        uint32_t ta[4], b[2][2];
-        mma16::load_a(ta, &s.w.tm[16 * mb][16 * ks], kLdT, lane);
-        mma16::load_b_trans(b, &s.y[16 * ks][16 * ch], kLdV, lane);
-        mma16::mma_row<2, f16>(vn, ta, b);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int c = 2 * hf;
-          store2(s.vn, row_of(c), col_of(nt, 0), vn[nt][c], vn[nt][c + 1]);
-        }
-    });
+    // ---- P6: Vn = Tm Y -> vn, the same 16 rows x 16 columns.
+    p6_products(s, mb, ch, lane);
     // ---- B3 (Kd, Aqk, dec landed; the next Qg, Kg may still be in flight)
     sm90::mbar_wait(smem_u32(&s.bar[2]), phase);
     __syncthreads();
@@ -341,24 +345,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
   // and 3 - mb: every scheduler then issues 5 k-steps there.
   const int mb = warp < 4 ? warp : 7 - warp;
   const int ch = warp / 4;
-  // P6: Vn = Tm Y -> vn on block mb x columns 16 ch ..; block mb needs columns j < 16 (mb + 1).
-  auto p6 = [&] {
-    by_row_block(mb, [&](auto steps) {
-      float vn[2][4] = {};
-#pragma unroll
-      for (int ks = 0; ks < decltype(steps)::value; ++ks) {
-        uint32_t ta[4], b[2][2];
-        mma16::load_a(ta, &s.w.tm[16 * mb][16 * ks], kLdT, lane);
-        mma16::load_b_trans(b, &s.y[16 * ks][16 * ch], kLdV, lane);
-        mma16::mma_row<2, f16>(vn, ta, b);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf)
-          store2(s.vn, 16 * mb + g + 8 * hf, 16 * ch + 8 * nt + 2 * t, vn[nt][2 * hf], vn[nt][2 * hf + 1]);
-    });
-  };
+  auto p6 = [&] { p6_products(s, mb, ch, lane); };  // P6 on block mb x columns 16 ch ..
   // Every thread waits on a group's mbarrier itself (the wait makes the copied bytes visible to
   // it), then the CTA barrier. The two roles below run their own loops (each keeps only its own
   // registers live: one loop for both needed 192), and meet at the same barriers, B1 B2 B3 once
