@@ -29,6 +29,9 @@ inline cudaStream_t as_cuda(Stream s) { return static_cast<cudaStream_t>(s); }
 // would leave every device but the first without it.
 void once_per_device(const void* tag, void (*set)());
 
+// The current device's SM count (host rules that size or shape grids read it once per call).
+int num_sms();
+
 // Stream-ordered scratch (cudaMallocAsync / cudaFreeAsync on the stream; inside a CUDA graph
 // capture these become graph memory nodes). The first call on a device makes its default
 // memory pool keep freed memory (release threshold = max), so a call does not map and unmap

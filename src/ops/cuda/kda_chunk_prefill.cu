@@ -100,10 +100,7 @@ void launch(Params p, int64_t max_workspace_bytes, cudaStream_t stream) {
   const int64_t window = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(p.chunk_slots, 1), fit));
   p.ws = static_cast<unsigned char*>(scratch_alloc(static_cast<size_t>(window * per_slot), stream));
   const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
-  int dev = 0, sms = 0;
-  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
-  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const bool roles = kda_chunk_prefill_state_roles(blocks, sms);
+  const bool roles = kda_chunk_prefill_state_roles(blocks, num_sms());
   for (int64_t lo = 0; lo == 0 || lo < p.chunk_slots; lo += window) {
     p.slot_lo = lo;
     p.slot_hi = std::min<int64_t>(p.chunk_slots, lo + window);

@@ -68,4 +68,11 @@ void scratch_free(void* p, cudaStream_t s) {
   if (p != nullptr) KESTREL_CUDA_CHECK(cudaFreeAsync(p, s));
 }
 
+int num_sms() {
+  int dev = 0, sms = 0;
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
 }  // namespace kestrel::ops::cuda

@@ -561,13 +561,6 @@ std::pair<int, int> compute_capability() {
   return {major, minor};
 }
 
-int num_sms() {
-  int dev = 0, sms = 0;
-  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
-  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 template <bool kFp8, bool kQFp8>
 void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
