@@ -918,6 +918,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* base_ptr = smem_raw + (base - raw_addr);
   const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, wt = tid % 128;
   const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
+  // Q by tensor copy (the host's q_tma; never for an fp8 q, which is dequantised in registers:
+  // known at compile time, so those instantiations carry none of its code).
+  const bool q_by_tma = !kQFp8 && q_tma != 0;
   // A small grid lets the combine kernel launch now: its CTAs wait (griddepcontrol.wait) on
   // SMs this grid leaves free, and start the moment it completes (combine_early, host rule).
   if (p.combine_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -925,7 +928,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     // The tensor map's first use would otherwise fetch it on the copies' path.
     if (tma != 0) prefetch_tensormap(&map);
-    if (!kQFp8 && q_tma != 0) prefetch_tensormap(&qmap);
+    if (q_by_tma) prefetch_tensormap(&qmap);
     for (int st = 0; st < kStagesTma; ++st) {
       mbar_init(base + kBarFull + 8 * st, 1);    // one producer thread (+ transaction bytes in TMA mode)
       mbar_init(base + kBarEmpty + 8 * st, 8);   // every consumer warp
@@ -953,7 +956,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
 
   // The first row tile's Q by TMA, in flight while the block table is scanned below.
-  if (!kQFp8 && q_tma != 0 && tid == 0 && static_cast<int>(blockIdx.x) < s.row_tiles) {
+  if (q_by_tma && tid == 0 && static_cast<int>(blockIdx.x) < s.row_tiles) {
     const TilePlan tp = tile_plan(p, s, static_cast<int>(blockIdx.x));
     if (tp.ntiles > 0) issue_q(base, qmap, s, p.H, tp.r0);
   }
@@ -967,7 +970,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     producer<kFp8, kF16>(p, map, tma_mode, b, s, base, base_ptr, wt);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consumer<kQFp8, kF16, kSplitP>(p, !kQFp8 && q_tma != 0, s, split, base, base_ptr, wg - 1, wt, nst);
+    consumer<kQFp8, kF16, kSplitP>(p, q_by_tma, s, split, base, base_ptr, wg - 1, wt, nst);
   }
 }
 
