@@ -5,6 +5,8 @@
 
 namespace kestrel::ops {
 
+bool kda_packed_decode_streaming_stores(int64_t state_bytes, int64_t l2_bytes) { return state_bytes <= 2 * l2_bytes; }
+
 void kda_packed_decode_check(const KdaPackedDecodeArgs& a) {
   constexpr const char* op = "kda_packed_decode";
   check_rank(op, "state_indices", a.state_indices, 1, "[B] (one slot per sequence; pass a column of a slot table)");

@@ -773,6 +773,18 @@ TEST(KdaCpu, StateKernelLayoutRule) {
   EXPECT_FALSE(ops::kda_chunk_prefill_state_roles(384, 132));  // H = 96
 }
 
+// The CUDA decode's store rule (pure, docs/ops/kda.md): streaming stores up to twice the L2 of
+// state, plain stores beyond.
+TEST(KdaCpu, DecodeStreamingStoreRule) {
+  const int64_t mib = int64_t{1} << 20, l2 = 60 * mib;  // the H200's L2
+  const int64_t per_seq = 32 * 128 * 128 * 4;             // H = 32, f32 state
+  EXPECT_TRUE(ops::kda_packed_decode_streaming_stores(1 * per_seq, l2));
+  EXPECT_TRUE(ops::kda_packed_decode_streaming_stores(32 * per_seq, l2));   // 64 MiB
+  EXPECT_TRUE(ops::kda_packed_decode_streaming_stores(120 * mib, l2));
+  EXPECT_FALSE(ops::kda_packed_decode_streaming_stores(120 * mib + 1, l2));
+  EXPECT_FALSE(ops::kda_packed_decode_streaming_stores(128 * per_seq, l2));  // 256 MiB
+}
+
 TEST(KdaCpu, BadInputNamesTheArgument) {
   std::mt19937_64 rng(12);
   const int64_t H = 2, B = 3;

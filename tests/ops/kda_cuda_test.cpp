@@ -260,6 +260,58 @@ TEST_P(Kda, ChunkPrefillWindowsAreBitIdentical) {
   }
 }
 
+// kda_packed_decode's two store kinds for an f32 pool (kda_packed_decode_streaming_stores: plain
+// stores when the call's state exceeds twice the L2, streaming ones below) write the same bits:
+// 160 sequences at H = 32 (320 MiB of state: plain on any GPU with an L2 of up to 160 MiB) in one
+// call, against the same sequences in calls of 8 (16 MiB: streaming), outputs and the whole pool
+// compared byte for byte; the launch log proves which kind ran.
+TEST(KdaCuda, DecodeStoreKindsAreBitIdentical) {
+  std::string why;
+  if (!cuda_available(&why)) GTEST_SKIP() << "CUDA: " << why;
+  const int64_t H = 32, K = 128, V = 128, B = 160, part = 8, slots = B + 2, cols = 2 * H * K + H * V;
+  std::vector<int32_t> slot(static_cast<size_t>(B));
+  for (int64_t n = 0; n < B; ++n) slot[static_cast<size_t>(n)] = static_cast<int32_t>(n % 7 == 3 ? 0 : slots - 1 - n);
+  const auto qkv = random_f32(B * cols, 50, -1, 1), g = random_f32(B * H * K, 51, -4, 2),
+             beta = random_f32(B * H, 52, -3, 3), alog = random_f32(H, 53, -1, 1), dt = random_f32(H * K, 54, -1, 1),
+             pool0 = random_f32(slots * H * V * K, 55, -0.5f, 0.5f);
+  const Device dv = Device::cuda;
+  const Tensor q = upload(qkv, {B, cols}, DType::f32, dv), gt = upload(g, {B, H, K}, DType::f32, dv),
+               bt = upload(beta, {B, H}, DType::f32, dv), at = upload(alog, {H}, DType::f32, dv),
+               dtt = upload(dt, {H * K}, DType::f32, dv), sl = upload(slot, {B}, DType::i32, dv);
+  const auto run = [&](int64_t step, std::vector<std::string>& names) {
+    Tensor pool = upload(pool0, {slots, H, V, K}, DType::f32, dv);
+    Tensor out = upload(std::vector<float>(static_cast<size_t>(B * H * V), NAN), {B, H, V}, DType::f32, dv);
+    ops::cuda::set_launch_log(&names);
+    for (int64_t n0 = 0; n0 < B; n0 += step) {
+      ops::KdaPackedDecodeArgs d{out.view().slice(0, n0, step), pool.view(), q.view().slice(0, n0, step),
+                                 gt.view().slice(0, n0, step), bt.view().slice(0, n0, step), at.view(), dtt.view(),
+                                 sl.view().slice(0, n0, step), std::optional<float>{-5.0f}};
+      ops::kda_packed_decode(Backend::cuda, d);
+    }
+    device_sync();
+    ops::cuda::set_launch_log(nullptr);
+    return std::make_pair(download(out), download(pool));
+  };
+  std::vector<std::string> whole_names, part_names;
+  const auto whole = run(B, whole_names);
+  const auto parts = run(part, part_names);
+  ASSERT_EQ(whole_names.size(), 1u);
+  ASSERT_EQ(part_names.size(), static_cast<size_t>(B / part));
+  if (whole_names[0].find("<streaming stores>") != std::string::npos)
+    GTEST_SKIP() << "this GPU's L2 takes 320 MiB of state with streaming stores: the plain kind is not reached";
+  EXPECT_EQ(whole_names[0], "kda_packed_decode_kernel");
+  for (const auto& n : part_names) EXPECT_EQ(n, "kda_packed_decode_kernel<streaming stores>");
+  EXPECT_EQ(whole.first, parts.first) << "outputs";
+  EXPECT_EQ(whole.second, parts.second) << "pool";
+  // The poison is gone from every output row (padding rows are zeros, the others computed).
+  const auto o = whole.first;
+  for (size_t i = 0; i < o.size(); i += 4) {
+    float x;
+    std::memcpy(&x, o.data() + i, 4);
+    ASSERT_FALSE(std::isnan(x)) << "output element " << i / 4;
+  }
+}
+
 // The state kernel's two warp layouts (kda_chunk_prefill_state_roles, by grid size) give the same
 // bits: two sequences as one batch (H = 24: a grid of 192 CTAs, uniform warps on a GPU of up to
 // 191 SMs) against each sequence alone (96 CTAs: two roles on one of at least 96), outputs, final

@@ -31,6 +31,8 @@ void once_per_device(const void* tag, void (*set)());
 
 // The current device's SM count (host rules that size or shape grids read it once per call).
 int num_sms();
+// The current device's L2 cache size in bytes (host rules that pick a cache policy).
+int64_t l2_bytes();
 
 // Stream-ordered scratch (cudaMallocAsync / cudaFreeAsync on the stream; inside a CUDA graph
 // capture these become graph memory nodes). The first call on a device makes its default

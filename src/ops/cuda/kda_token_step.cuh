@@ -27,6 +27,7 @@
 #include "cp_async.cuh"
 #include "kda_common.cuh"
 #include "kestrel/ops/backend.h"
+#include "kestrel/ops/kda_packed_decode.h"
 
 namespace kestrel::ops::cuda::kda {
 
@@ -123,12 +124,23 @@ __device__ __forceinline__ TokenHead finish_token(const TokenRaw& r, const float
 // pool, one 8-byte load from a bf16 pool.
 
 // The inverse: one 16-byte store, or 4 values rounded to bf16 (nearest even) in one 8-byte store.
-__device__ __forceinline__ void store_state4(float* p, const float4& s) { *reinterpret_cast<float4*>(p) = s; }
+// kStream: a streaming store (st.global.cs: evict-first in L2), f32 decode of small batches
+// only (kda_packed_decode_streaming_stores says when).
+template <bool kStream = false>
+__device__ __forceinline__ void store_state4(float* p, const float4& s) {
+  if constexpr (kStream) {
+    __stcs(reinterpret_cast<float4*>(p), s);
+  } else {
+    *reinterpret_cast<float4*>(p) = s;
+  }
+}
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(lo))) |
          (static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16);
 }
+template <bool kStream = false>
 __device__ __forceinline__ void store_state4(__nv_bfloat16* p, const float4& s) {
+  static_assert(!kStream, "streaming stores are for f32 pools");
   *reinterpret_cast<uint2*>(p) = make_uint2(pack_bf16x2(s.x, s.y), pack_bf16x2(s.z, s.w));
 }
 
@@ -186,8 +198,10 @@ __device__ __forceinline__ void stage_state4(__nv_bfloat16* dst, const __nv_bflo
 // limited the register-resident version: docs in kda_packed_decode.cu), and no barrier is
 // needed: a lane only reads back its own copies, after its own wait_group. The rows are then
 // stepped kBatch at a time from registers; a row's arithmetic is the same whatever the batch.
-template <typename T, typename P, bool kMulti>
+// kStream: the state stores are streaming stores (f32 decode only; the launcher's rule).
+template <typename T, typename P, bool kMulti, bool kStream = false>
 __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStepParams p) {
+  static_assert(!kStream || (!kMulti && std::is_same_v<P, float>), "streaming stores: f32 decode only");
   __shared__ __align__(16) P stage[kWarps][kRows][kK];
   const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
   const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
@@ -276,7 +290,7 @@ __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStep
         P* d = pool + dst * p.pool_s0 + head + row0 + static_cast<int64_t>(b0) * kK;
 #pragma unroll
         for (int j = 0; j < kBatch; ++j)
-          if (vb + j < p.V) store_state4(d + j * kK, s[j]);
+          if (vb + j < p.V) store_state4<kStream>(d + j * kK, s[j]);
       }
       cur = next;
     }
@@ -325,13 +339,15 @@ KdaStepParams token_steps_params(const Args& a) {
   return p;
 }
 
-template <typename T, typename P, bool kMulti>
+template <typename T, typename P, bool kMulti, bool kStream = false>
 void launch_token_steps_as(const KdaStepParams& p, Stream stream) {
   const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
-  kda_token_steps_kernel<T, P, kMulti><<<blocks, kThreads, 0, as_cuda(stream)>>>(p);
+  kda_token_steps_kernel<T, P, kMulti, kStream><<<blocks, kThreads, 0, as_cuda(stream)>>>(p);
 }
 
-// Launches the kernel over N * H * tiles CTAs for the out dtype and the pool dtype (bf16 | f32 each).
+// Launches the kernel over N * H * tiles CTAs for the out dtype and the pool dtype (bf16 | f32
+// each). Decode with an f32 pool takes streaming state stores where the rule says so (the launch
+// log then records `name` + "<streaming stores>").
 template <bool kMulti>
 void launch_token_steps(const KdaStepParams& p, DType dtype, DType pool_dtype, Stream stream, const char* op,
                         const char* name) {
@@ -339,18 +355,34 @@ void launch_token_steps(const KdaStepParams& p, DType dtype, DType pool_dtype, S
   const bool pool_bf16 = pool_dtype == DType::bf16;
   if (!pool_bf16 && pool_dtype != DType::f32)
     throw Error(str(op, ": no CUDA kernel for a state pool of dtype ", dtype_name(pool_dtype)));
+  const int64_t state_bytes = static_cast<int64_t>(p.N) * p.H * p.V * kK * static_cast<int64_t>(sizeof(float));
+  const bool stream_stores = !kMulti && !pool_bf16 && kda_packed_decode_streaming_stores(state_bytes, l2_bytes());
   switch (dtype) {
     case DType::f32:
-      pool_bf16 ? launch_token_steps_as<float, __nv_bfloat16, kMulti>(p, stream)
-                : launch_token_steps_as<float, float, kMulti>(p, stream);
+      if (pool_bf16) {
+        launch_token_steps_as<float, __nv_bfloat16, kMulti>(p, stream);
+      } else if (stream_stores) {
+        if constexpr (!kMulti) launch_token_steps_as<float, float, false, true>(p, stream);
+      } else {
+        launch_token_steps_as<float, float, kMulti>(p, stream);
+      }
       break;
     case DType::bf16:
-      pool_bf16 ? launch_token_steps_as<__nv_bfloat16, __nv_bfloat16, kMulti>(p, stream)
-                : launch_token_steps_as<__nv_bfloat16, float, kMulti>(p, stream);
+      if (pool_bf16) {
+        launch_token_steps_as<__nv_bfloat16, __nv_bfloat16, kMulti>(p, stream);
+      } else if (stream_stores) {
+        if constexpr (!kMulti) launch_token_steps_as<__nv_bfloat16, float, false, true>(p, stream);
+      } else {
+        launch_token_steps_as<__nv_bfloat16, float, kMulti>(p, stream);
+      }
       break;
     default: throw Error(str(op, ": no CUDA kernel for dtype ", dtype_name(dtype)));
   }
-  KESTREL_LAUNCHED(name);
+  if (stream_stores) {
+    KESTREL_LAUNCHED(str(name, "<streaming stores>").c_str());
+  } else {
+    KESTREL_LAUNCHED(name);
+  }
 }
 
 }  // namespace kestrel::ops::cuda::kda

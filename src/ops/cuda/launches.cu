@@ -75,4 +75,11 @@ int num_sms() {
   return sms;
 }
 
+int64_t l2_bytes() {
+  int dev = 0, bytes = 0;
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
+  return bytes;
+}
+
 }  // namespace kestrel::ops::cuda
