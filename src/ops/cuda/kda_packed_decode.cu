@@ -31,6 +31,10 @@
 //   per warp, and saves a block barrier: the kernel has none;
 // - per row, S'^T k and S^T q are 4-wide partial dots per lane reduced by xor shuffles, the 8
 //   rows' reductions interleaved; lane j writes o[v0 + j].
+// - with an f32 pool and at most twice the L2 of state, the rows go back by streaming stores
+//   (st.global.cs, evict-first in L2; kda_packed_decode_streaming_stores): B = 1 4.66 -> 4.29 us,
+//   B = 8 1.04x, B = 32 1.02x at H = 32 on the H200; from B = 128 they cost 1-2%, and bf16 pools
+//   gained nothing (docs/perf.md, thirteenth session).
 // A bf16 pool halves the state bytes: a lane moves its 4 key dims as one 8-byte access, the
 // rows are widened to f32 in registers and rounded back to bf16 (nearest even) before the store.
 // Bytes per (token, head): 2 * K * V * sizeof(pool) (state) + (2K + V) * sizeof(T) (q, k, v)
