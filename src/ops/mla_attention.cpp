@@ -76,10 +76,18 @@ void mla_attention_check(const MlaAttentionArgs& a) {
 // (64: two KV tiles). Each split writes 64 x 512 f32 partials (128 KB) and the combine reads
 // them back, more bytes than 64 keys of KV; but small batches are latency-bound, not
 // bandwidth-bound: on the H200 one 32-key tile costs the v1 kernel ~5.5 us, so B = 1 at 1k
-// keys took 55 us as 4 splits of 256 keys (measured) and is cut into 16 splits of 64 now.
+// keys took 55 us as 4 splits of 256 keys (measured); it is cut into 32 splits of 32 now (below).
+// Splits of one 32-key tile where the grid of them still leaves half the SMs free (then the
+// combine still launches early, mla_attention_combine_early): the CTA's pair of tiles becomes
+// one tile, and its start a larger part of its time. Measured on the H200 (thirteenth session,
+// docs/perf.md): B = 1, 1k keys, H = 32 11.64 -> 10.81 us (fp8 cache 1.15x), H = 96 / 128 and
+// verify 2 / 4 at H = 32 1.02-1.04x; where the doubled grid would pass half the SMs (verify 2 at
+// H = 96 / 128, verify 8 at H = 32) it measured 0.81-0.88x, and the rule keeps 64 there.
 int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms) {
   const int64_t base = std::max<int64_t>(1, batch * row_tiles);
   const int64_t fill = std::max<int64_t>(1, num_sms / base);
+  const int64_t by_short = std::max<int64_t>(1, kv_len / kMlaAttentionShortSplitKeys);
+  if (2 * base * by_short <= num_sms) return std::min(by_short, kMlaAttentionMaxSplits);
   const int64_t by_len = std::max<int64_t>(1, kv_len / kMlaAttentionMinSplitKeys);
   return std::min({fill, by_len, kMlaAttentionMaxSplits});
 }

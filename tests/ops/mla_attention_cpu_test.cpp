@@ -95,6 +95,35 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6), K::wgmma);
 }
 
+// The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at
+// least 64 keys of the planning length, or of 32 where that grid leaves half the SMs free.
+TEST(MlaAttentionRule, SplitCount) {
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 1024, 132), 32);     // B = 1, H = 32: 32 splits of 32
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 2048, 132), 64);     // 64 of 32: 64 CTAs, half of 132 free
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 4096, 132), 64);     // 64 of 64 (128 of 32 would not leave half)
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 8192, 132), 128);
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 32768, 132), 132);   // one CTA per SM
+  EXPECT_EQ(mla_attention_num_splits(1, 2, 1024, 132), 32);     // H = 96 / 128, or verify 4 at H = 32
+  EXPECT_EQ(mla_attention_num_splits(1, 3, 1024, 132), 16);     // verify 2 at H = 96: 96 CTAs of 32 would not
+  EXPECT_EQ(mla_attention_num_splits(1, 4, 1024, 132), 16);     // verify 8 at H = 32
+  EXPECT_EQ(mla_attention_num_splits(8, 1, 1024, 132), 16);     // B = 8
+  EXPECT_EQ(mla_attention_num_splits(8, 1, 8192, 132), 16);
+  EXPECT_EQ(mla_attention_num_splits(128, 1, 8192, 132), 1);
+  EXPECT_EQ(mla_attention_num_splits(128, 2, 8192, 132), 1);    // more CTAs than SMs: one split
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 40, 132), 1);        // shorter than one short split
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 1 << 20, 132), 132);
+  EXPECT_EQ(mla_attention_num_splits(1, 1, 1 << 20, 600), kMlaAttentionMaxSplits);
+  for (int64_t kv : {32, 64, 1000, 1024, 2047, 2048, 4096, 8192, 32768})
+    for (int64_t base : {1, 2, 3, 8, 33, 128})
+      for (int64_t sms : {78, 132}) {
+        const int64_t s = mla_attention_num_splits(base, 1, kv, sms);
+        EXPECT_GE(s, 1);
+        EXPECT_LE(s, kMlaAttentionMaxSplits);
+        EXPECT_LE(base * s, std::max<int64_t>(base, sms)) << kv << " " << base << " " << sms;  // one wave
+        EXPECT_GE(kv / s, std::min<int64_t>(kv, kMlaAttentionShortSplitKeys)) << kv << " " << base << " " << sms;
+      }
+}
+
 // The combine rules (pure, docs/ops/mla_attention.md): a quarter row per CTA up to num_sms rows;
 // launched early (a programmatic dependent) behind grids that leave half the SMs free; and Q by
 // tensor copy for splits of at most 2048 keys.
@@ -105,11 +134,11 @@ TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
   EXPECT_EQ(mla_attention_combine_parts(133, 132), 1);
   EXPECT_EQ(mla_attention_combine_parts(4096, 132), 1);
   EXPECT_EQ(mla_attention_combine_parts(96, 78), 1);
-  EXPECT_TRUE(mla_attention_combine_early(16, 132));   // B = 1, H = 32, 1k keys: 16 splits
+  EXPECT_TRUE(mla_attention_combine_early(32, 132));   // B = 1, H = 32, 1k keys: 32 splits
   EXPECT_TRUE(mla_attention_combine_early(66, 132));
   EXPECT_FALSE(mla_attention_combine_early(67, 132));
   EXPECT_FALSE(mla_attention_combine_early(128, 132));  // B = 1 at 8k keys: 128 splits
-  EXPECT_TRUE(mla_attention_q_by_tensor_copy(1024, 16));   // B = 1, 1k keys: 64 keys a split
+  EXPECT_TRUE(mla_attention_q_by_tensor_copy(1024, 32));   // B = 1, 1k keys: 32 keys a split
   EXPECT_TRUE(mla_attention_q_by_tensor_copy(32768, 16));  // exactly 2048
   EXPECT_FALSE(mla_attention_q_by_tensor_copy(32769, 16));
   EXPECT_FALSE(mla_attention_q_by_tensor_copy(8192, 1));   // B = 128 at 8k keys: one split

@@ -54,8 +54,11 @@ void mla_attention(Backend b, const MlaAttentionArgs& a, Stream stream = nullptr
 // The CUDA split count (a pure function, documented in docs/ops/mla_attention.md): how many
 // KV splits per (sequence, query-row tile) so that `batch * row_tiles` CTAs, times the splits,
 // fill `num_sms` one CTA each, without splits shorter than kMlaAttentionMinSplitKeys keys of
-// the planning length `kv_len` (the block table's capacity max_pages * page_size).
+// the planning length `kv_len` (the block table's capacity max_pages * page_size); splits of
+// kMlaAttentionShortSplitKeys when the grid then still leaves half the SMs free (short calls
+// of one or two row tiles: the combine then still launches early).
 inline constexpr int64_t kMlaAttentionMinSplitKeys = 64;
+inline constexpr int64_t kMlaAttentionShortSplitKeys = 32;
 inline constexpr int64_t kMlaAttentionMaxSplits = 256;
 int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
 
