@@ -27,7 +27,7 @@ struct KdaPackedDecodeArgs {
 // CUDA: whether the decode kernel writes an f32 state back with streaming stores (st.global.cs,
 // evict-first in L2) rather than plain ones (a pure function, docs/ops/kda.md): when the call's
 // state bytes (B H V K 4, each way) are at most twice the L2. Measured on the H200 (60 MiB L2):
-// 1.04-1.09x at B <= 8 and 1.02x at B = 32 (H = 32), 0.98x from B = 128; bf16 pools and verify
+// 1.02-1.09x at B <= 8 and 1.02x at B = 32 (H = 32), 0.98x from B = 128; bf16 pools and verify
 // (kda_recurrent) keep plain stores (neutral to 3% slower with them). The same values either way.
 bool kda_packed_decode_streaming_stores(int64_t state_bytes, int64_t l2_bytes);
 
