@@ -345,6 +345,18 @@ void launch_token_steps_as(const KdaStepParams& p, Stream stream) {
   kda_token_steps_kernel<T, P, kMulti, kStream><<<blocks, kThreads, 0, as_cuda(stream)>>>(p);
 }
 
+// The instantiation for out dtype T: the pool's dtype, and for an f32 decode the store kind.
+template <typename T, bool kMulti>
+void launch_token_steps_for(const KdaStepParams& p, bool pool_bf16, bool stream_stores, Stream stream) {
+  if (pool_bf16) {
+    launch_token_steps_as<T, __nv_bfloat16, kMulti>(p, stream);
+  } else if (stream_stores) {
+    if constexpr (!kMulti) launch_token_steps_as<T, float, false, true>(p, stream);
+  } else {
+    launch_token_steps_as<T, float, kMulti>(p, stream);
+  }
+}
+
 // Launches the kernel over N * H * tiles CTAs for the out dtype and the pool dtype (bf16 | f32
 // each). Decode with an f32 pool takes streaming state stores where the rule says so (the launch
 // log then records `name` + "<streaming stores>").
@@ -358,24 +370,8 @@ void launch_token_steps(const KdaStepParams& p, DType dtype, DType pool_dtype, S
   const int64_t state_bytes = static_cast<int64_t>(p.N) * p.H * p.V * kK * static_cast<int64_t>(sizeof(float));
   const bool stream_stores = !kMulti && !pool_bf16 && kda_packed_decode_streaming_stores(state_bytes, l2_bytes());
   switch (dtype) {
-    case DType::f32:
-      if (pool_bf16) {
-        launch_token_steps_as<float, __nv_bfloat16, kMulti>(p, stream);
-      } else if (stream_stores) {
-        if constexpr (!kMulti) launch_token_steps_as<float, float, false, true>(p, stream);
-      } else {
-        launch_token_steps_as<float, float, kMulti>(p, stream);
-      }
-      break;
-    case DType::bf16:
-      if (pool_bf16) {
-        launch_token_steps_as<__nv_bfloat16, __nv_bfloat16, kMulti>(p, stream);
-      } else if (stream_stores) {
-        if constexpr (!kMulti) launch_token_steps_as<__nv_bfloat16, float, false, true>(p, stream);
-      } else {
-        launch_token_steps_as<__nv_bfloat16, float, kMulti>(p, stream);
-      }
-      break;
+    case DType::f32: launch_token_steps_for<float, kMulti>(p, pool_bf16, stream_stores, stream); break;
+    case DType::bf16: launch_token_steps_for<__nv_bfloat16, kMulti>(p, pool_bf16, stream_stores, stream); break;
     default: throw Error(str(op, ": no CUDA kernel for dtype ", dtype_name(dtype)));
   }
   if (stream_stores) {
