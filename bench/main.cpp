@@ -1,5 +1,7 @@
 // kestrel-bench: times every registered op case on the GPU against the copy and GEMM ceilings
-// measured first in the same run. Usage: kestrel-bench --help; docs/perf.md.
+// measured in the same run, after the cases: measured first, the ceilings' GEMMs slowed the
+// microsecond cases that followed them by 2-15% (H200, docs/perf.md, thirteenth session).
+// Usage: kestrel-bench --help; docs/perf.md.
 //
 // Exit status: 0 every selected case ran; 1 a case (or a ceiling) failed; 2 bad arguments or
 // no CUDA device.
@@ -160,8 +162,15 @@ int main(int argc, char** argv) {
               kb::timing_name(cli.opt.timing));
   std::fflush(stdout);
 
-  kb::Ceilings ceilings;
+  // The cases first, each reported on stderr as it finishes; then the ceilings; then the table.
   int status = 0;
+  std::vector<kb::Result> results;
+  for (const kb::Case* c : cases) {
+    results.push_back(kb::run_case(*c, cli.opt, g.l2_bytes));
+    if (!results.back().ok) status = 1;
+    std::fprintf(stderr, "kestrel-bench: %zu / %zu %s\n", results.size(), cases.size(), c->name.c_str());
+  }
+  kb::Ceilings ceilings;
   if (cli.opt.ceilings) {
     try {
       ceilings = kb::measure_ceilings(cli.opt);
@@ -172,16 +181,9 @@ int main(int argc, char** argv) {
   }
   kb::print_ceilings(ceilings);
   std::printf("\n");
-
-  std::vector<kb::Result> results;
   kb::print_table_header(name_width);
+  for (const kb::Result& r : results) kb::print_table_row(r, ceilings, name_width);
   std::fflush(stdout);
-  for (const kb::Case* c : cases) {
-    results.push_back(kb::run_case(*c, cli.opt, g.l2_bytes));
-    if (!results.back().ok) status = 1;
-    kb::print_table_row(results.back(), ceilings, name_width);
-    std::fflush(stdout);
-  }
 
   if (!cli.json_path.empty()) {
     try {
