@@ -128,6 +128,22 @@ __device__ __forceinline__ void store2(f16 (*dst)[kLdV], int row, int col, float
   *reinterpret_cast<uint32_t*>(&dst[row][col]) = mma16::pack_f16x2(x0, x1);
 }
 
+// A thread's v elements of the chunk at rows row0 .. row0 + C - 1 of the sequence, at its P5 C
+// positions: row r0 + 8 (c / 2), column col0 + 8 nt + 2 t + c % 2 of the tile (zero past C),
+// kept as loaded (widened only when used, a chunk later: converting at the load made the thread
+// wait for it). Both layouts.
+template <int kNt, typename T>
+__device__ __forceinline__ void load_v_block(T (&vr)[kNt][4], const T* vsrc, int64_t qkv_s0, int64_t row0, int C, int r0,
+                                             int col0, int t) {
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int r = r0 + 8 * (c / 2);
+      vr[nt][c] = r < C ? vsrc[(row0 + r) * qkv_s0 + (col0 + 8 * nt + 2 * t + c % 2)] : from_f32<T>(0.0f);
+    }
+}
+
 // P5 for row block rb and kNt 8-column tiles from column c0: o += Qg S, y += Kg S, each S
 // fragment read once for both products (both layouts).
 template <int kNt>
@@ -240,12 +256,7 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
   const T* vsrc = static_cast<const T*>(p.qkv) + 2 * HK + static_cast<int64_t>(h) * p.V + v0;
   T vr[2][4];
   auto load_v = [&](int64_t c0) {
-    const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        vr[nt][c] = row_of(c) < C ? vsrc[(bos + c0 + row_of(c)) * p.qkv_s0 + col_of(nt, c)] : from_f32<T>(0.0f);
+    load_v_block(vr, vsrc, p.qkv_s0, bos + c0, static_cast<int>(len - c0 < kC ? len - c0 : kC), 16 * mb + g, 16 * ch, t);
   };
   if (beg < end) load_v(beg);
 
@@ -371,12 +382,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
     const T* vsrc = static_cast<const T*>(p.qkv) + 2 * HK + static_cast<int64_t>(h) * p.V + v0;
     T vr[4][4];
     auto load_v = [&](int64_t c0) {
-      const int C = static_cast<int>(len - c0 < kC ? len - c0 : kC);
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c)
-          vr[nt][c] = row_of(c) < C ? vsrc[(bos + c0 + row_of(c)) * p.qkv_s0 + col_of(nt, c)] : from_f32<T>(0.0f);
+      load_v_block(vr, vsrc, p.qkv_s0, bos + c0, static_cast<int>(len - c0 < kC ? len - c0 : kC), 16 * rb + g, 0, t);
     };
     if (beg < end) load_v(beg);
     cta_sync_any_position();  // the mbarriers initialised, the first f16 state published
