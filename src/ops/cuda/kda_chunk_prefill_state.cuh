@@ -144,6 +144,35 @@ __device__ __forceinline__ void load_v_block(T (&vr)[kNt][4], const T* vsrc, int
     }
 }
 
+// P5's second output: Y = V - Kg S at the thread's C positions (row r0 + 8 hf, columns col0 +
+// 8 nt + 2 t ..), rounded to f16 into s.y (both layouts).
+template <int kNt, typename T>
+__device__ __forceinline__ void store_y(StateSmem& s, const T (&vr)[kNt][4], const float (&y)[kNt][4], int r0, int col0,
+                                        int t) {
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int c = 2 * hf;
+      store2(s.y, r0 + 8 * hf, col0 + 8 * nt + 2 * t, to_f32(vr[nt][c]) - y[nt][c], to_f32(vr[nt][c + 1]) - y[nt][c + 1]);
+    }
+}
+
+// The chunk's outputs at the thread's C positions: rows row0 + r0 + 8 (c / 2) below C, value
+// columns col0 + 8 nt + 2 t + c % 2 (both layouts).
+template <int kNt, typename T>
+__device__ __forceinline__ void store_out(const Params& p, T* out, const float (&o)[kNt][4], int64_t row0, int C, int r0,
+                                          int64_t out_h, int col0, int t) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const int r = r0 + 8 * (c / 2);
+    if (r >= C) continue;
+    T* dst = out + (row0 + r) * p.out_s0 + out_h;
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt) dst[(col0 + 8 * nt + 2 * t + c % 2) * p.out_s2] = from_f32<T>(o[nt][c]);
+  }
+}
+
 // P5 for row block rb and kNt 8-column tiles from column c0: o += Qg S, y += Kg S, each S
 // fragment read once for both products (both layouts).
 template <int kNt>
@@ -248,10 +277,7 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
   // scheduler then issues 5 k-steps there (with mb = w % 4, one issued 8 and another 2).
   const int mb = warp < 4 ? warp : 7 - warp;
   const int ch = warp / 4;
-  auto row_of = [&](int c) { return 16 * mb + g + 8 * (c / 2); };
-  auto col_of = [&](int nt, int c) { return 16 * ch + 8 * nt + 2 * t + c % 2; };
-  // This thread's v elements of the current chunk at its P5 C positions, kept as loaded (widened
-  // only when used, a chunk later: converting at the load made the thread wait for it).
+  // This thread's v elements of the current chunk at its P5 C positions (load_v_block).
   const int64_t HK = static_cast<int64_t>(p.H) * kK;
   const T* vsrc = static_cast<const T*>(p.qkv) + 2 * HK + static_cast<int64_t>(h) * p.V + v0;
   T vr[2][4];
@@ -279,13 +305,7 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
     {
       float y[2][4] = {};
       p5_products(s, mb, 16 * ch, lane, o, y);
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
-          const int c = 2 * hf;
-          store2(s.y, row_of(c), col_of(nt, 0), to_f32(vr[nt][c]) - y[nt][c], to_f32(vr[nt][c + 1]) - y[nt][c + 1]);
-        }
+      store_y(s, vr, y, 16 * mb + g, 16 * ch, t);
     }
     if (c0 + kC < end) load_v(c0 + kC);
     // ---- B2 (Tm landed; Kd, Aqk, dec may still be in flight)
@@ -299,13 +319,7 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
     __syncthreads();
     // ---- P7-out: O += Aqk Vn (block mb, j < 16 (mb + 1)), stored.
     p7_out_products(s, mb, 16 * ch, lane, o);
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      if (row_of(c) >= C) continue;
-      T* dst = out + (row0 + row_of(c)) * p.out_s0 + out_h;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) dst[(v0 + col_of(nt, c)) * p.out_s2] = from_f32<T>(o[nt][c]);
-    }
+    store_out(p, out, o, row0, C, 16 * mb + g, out_h, v0 + 16 * ch, t);
     // ---- P7-state: S = diag(dec) S + Kd^T Vn on key dims d0 .. d0 + 15, all 32 columns, in the
     // f32 registers that hold S (the products accumulate into them); then the f16 copy for the
     // next P5, and the checkpoint.
@@ -374,10 +388,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
   if (warp < kRowWarps) {
     // ---- Row warps: row block rb = warp of the chunk, all 32 columns, in P5 and P7-out.
     const int rb = warp;
-    auto row_of = [&](int c) { return 16 * rb + g + 8 * (c / 2); };
-    auto col_of = [&](int nt, int c) { return 8 * nt + 2 * t + c % 2; };
-    // This warp's v elements of the current chunk at its P5 C positions, kept as loaded (widened
-    // only when used, a chunk later: converting at the load made the thread wait for it).
+    // This warp's v elements of the current chunk at its P5 C positions (load_v_block).
     const int64_t HK = static_cast<int64_t>(p.H) * kK;
     const T* vsrc = static_cast<const T*>(p.qkv) + 2 * HK + static_cast<int64_t>(h) * p.V + v0;
     T vr[4][4];
@@ -401,13 +412,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
       {
         float y[4][4] = {};
         p5_products(s, rb, 0, lane, o, y);
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
-            const int c = 2 * hf;
-            store2(s.y, row_of(c), col_of(nt, 0), to_f32(vr[nt][c]) - y[nt][c], to_f32(vr[nt][c + 1]) - y[nt][c + 1]);
-          }
+        store_y(s, vr, y, 16 * rb + g, 0, t);
       }
       if (c0 + kC < end) load_v(c0 + kC);
       landed_and_sync(1, phase);  // ---- B2: Tm landed; y written
@@ -416,13 +421,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
       landed_and_sync(2, phase);  // ---- B3: Kd, Aqk, dec landed; vn written
       // ---- P7-out: O += Aqk Vn (block rb, j < 16 (rb + 1)), stored.
       p7_out_products(s, rb, 0, lane, o);
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        if (row_of(c) >= C) continue;
-        T* dst = out + (bos + c0 + row_of(c)) * p.out_s0 + out_h;
-#pragma unroll
-        for (int nt = 0; nt < 4; ++nt) dst[(v0 + col_of(nt, c)) * p.out_s2] = from_f32<T>(o[nt][c]);
-      }
+      store_out(p, out, o, bos + c0, C, 16 * rb + g, out_h, v0, t);
     }
     return;
   }
