@@ -87,7 +87,7 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
   const int64_t base = std::max<int64_t>(1, batch * row_tiles);
   const int64_t fill = std::max<int64_t>(1, num_sms / base);
   const int64_t by_short = std::max<int64_t>(1, kv_len / kMlaAttentionShortSplitKeys);
-  if (2 * base * by_short <= num_sms) return std::min(by_short, kMlaAttentionMaxSplits);
+  if (mla_attention_combine_early(base * by_short, num_sms)) return std::min(by_short, kMlaAttentionMaxSplits);
   const int64_t by_len = std::max<int64_t>(1, kv_len / kMlaAttentionMinSplitKeys);
   return std::min({fill, by_len, kMlaAttentionMaxSplits});
 }
