@@ -124,6 +124,26 @@ TEST(MlaAttentionRule, SplitCount) {
       }
 }
 
+// The look-ahead rule (pure, docs/ops/mla_attention.md): TMA mode, splits of at least 1024 keys,
+// and not with P rounded once over at most 32 rows (the memory-bound decode at H = 32).
+TEST(MlaAttentionRule, Lookahead) {
+  EXPECT_TRUE(mla_attention_lookahead(true, true, 8192, 32));     // B128 8k H32 decode, exact
+  EXPECT_FALSE(mla_attention_lookahead(true, false, 8192, 32));   // ... P rounded once
+  EXPECT_TRUE(mla_attention_lookahead(true, false, 8192, 33));
+  EXPECT_TRUE(mla_attention_lookahead(true, false, 8192, 128));   // H = 128, or verify 4 at H = 32
+  EXPECT_TRUE(mla_attention_lookahead(true, true, 1024, 1));
+  EXPECT_FALSE(mla_attention_lookahead(true, true, 1023, 128));   // B8 8k: 16 splits of 512
+  EXPECT_FALSE(mla_attention_lookahead(false, true, 8192, 128));  // fp8 caches, bf16 relayout
+  EXPECT_FALSE(mla_attention_lookahead(true, true, 0, 128));
+  // With the split count: B = 1 never (splits of at most 256 keys at 32k), B = 128 at 8k always.
+  for (int64_t kv : {1024, 8192, 32768}) {
+    const int64_t s = mla_attention_num_splits(1, 1, kv, 132);
+    EXPECT_FALSE(mla_attention_lookahead(true, true, (kv + s - 1) / s, 32)) << kv;
+    const int64_t s128 = mla_attention_num_splits(128, 1, kv, 132);
+    EXPECT_EQ(mla_attention_lookahead(true, true, (kv + s128 - 1) / s128, 32), kv >= 1024) << kv;
+  }
+}
+
 // The combine rules (pure, docs/ops/mla_attention.md): a quarter row per CTA up to num_sms rows;
 // launched early (a programmatic dependent) behind grids that leave half the SMs free; and Q by
 // tensor copy for splits of at most 2048 keys.

@@ -34,8 +34,9 @@ struct Problem {
 using testing_util::upload;
 
 // Decode (one query per sequence) over lengths `lens`; pages handed out in order from 1.
-Problem make(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens, uint64_t seed) {
+Problem make(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens, uint64_t seed, int64_t H = 4) {
   Problem p;
+  p.H = H;
   p.page_size = page_size;
   p.cache_dt = cache_dt;
   p.seq_lens = lens;
@@ -141,8 +142,8 @@ TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
 // cache paged by `page_size`, with `capacity` positions per block-table row: the split count
 // depends on the capacity only, so two page sizes with the same capacity give the same plan.
 Problem make_paged(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens, int64_t capacity,
-                   uint64_t seed) {
-  Problem p = make(page_size, cache_dt, lens, seed);  // q, outputs, metadata shapes
+                   uint64_t seed, int64_t H = 4) {
+  Problem p = make(page_size, cache_dt, lens, seed, H);  // q, outputs, metadata shapes
   const int64_t width = capacity / page_size;
   p.pages = 1;
   p.table.assign(static_cast<size_t>(p.B() * width), -1);
@@ -195,6 +196,47 @@ TEST_F(MlaAttentionCuda, PageSizeAndModeDoNotChangeTheBits) {
       for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
       EXPECT_GT(finite, o.size() / 2) << what << ": the outputs are mostly finite, non-zero values";
     }
+}
+
+// The look-ahead (warpgroup 0 issues its next QK before it waits for warpgroup 1's P; the
+// kernel's name says ", look-ahead") changes the schedule, not the arithmetic: the same rows
+// paged by 64 (TMA mode: look-ahead where mla_attention_lookahead says so) and by 16 (the
+// relayout mode, which never looks ahead) give the same o and lse. 136 sequences, so one split
+// each (up to 271 SMs); lengths from 1 to 2000, so CTAs of one launch take either schedule and
+// odd and even tile counts both end a row tile; outputs poisoned first. Exact P at H = 4 and P
+// rounded once at H = 64 look ahead; P rounded once at H = 4 (32 rows or fewer) does not.
+TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBits) {
+  const std::vector<int32_t> some = {1100, 37, 1500, 1, 1024, 700, 2000, 1057, 1023, 1987};
+  std::vector<int32_t> lens;
+  for (size_t i = 0; i < 136; ++i) lens.push_back(some[i % some.size()]);
+  struct Case {
+    MlaAttentionPrecision pr;
+    int64_t H;
+    bool lookahead;
+  };
+  for (const Case& c : {Case{MlaAttentionPrecision::exact, 4, true}, Case{MlaAttentionPrecision::fast, 64, true},
+                        Case{MlaAttentionPrecision::fast, 4, false}}) {
+    const std::string what = str("precision ", static_cast<int>(c.pr), " H ", c.H);
+    Problem tma = make_paged(64, DType::bf16, lens, 2048, 21, c.H);
+    Problem relayout = make_paged(16, DType::bf16, lens, 2048, 21, c.H);
+    for (Problem* p : {&tma, &relayout}) {
+      p->o = upload(std::vector<uint16_t>(static_cast<size_t>(p->B() * c.H * kMlaNope), 0x7fc1), {p->B(), c.H, kMlaNope},
+                    DType::bf16, Device::cuda);
+      p->lse = upload(std::vector<float>(static_cast<size_t>(p->B() * c.H), NAN), {p->B(), c.H}, DType::f32, Device::cuda);
+    }
+    const auto tma_log = run(tma, MlaAttentionKernel::automatic, c.pr);
+    const auto relayout_log = run(relayout, MlaAttentionKernel::automatic, c.pr);
+    EXPECT_TRUE(launched(tma_log, ", tma")) << what;
+    EXPECT_EQ(launched(tma_log, ", look-ahead>"), c.lookahead) << what;
+    EXPECT_FALSE(launched(relayout_log, "look-ahead")) << what;
+    EXPECT_FALSE(launched(relayout_log, "tma")) << what;
+    const std::vector<uint16_t> o = testing_util::download<uint16_t>(tma.o);
+    EXPECT_EQ(o, testing_util::download<uint16_t>(relayout.o)) << what;
+    EXPECT_EQ(testing_util::download<float>(tma.lse), testing_util::download<float>(relayout.lse)) << what;
+    size_t finite = 0;
+    for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x));
+    EXPECT_EQ(finite, o.size()) << what << ": every sequence attends a key, so every output is rewritten and finite";
+  }
 }
 
 // Q by tensor copy (a bf16 q whose tokens are H rows apart: the kernel's name says " + q by

@@ -79,6 +79,20 @@ bool mla_attention_combine_early(int64_t ctas, int64_t num_sms);
 inline constexpr int64_t kMlaAttentionQTensorMaxKeys = 2048;
 bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits);
 
+// Whether the WGMMA kernel's first consumer warpgroup issues the QK of its next tile before it
+// waits for the other's probabilities (the look-ahead; a pure function, documented in
+// docs/ops/mla_attention.md). `split_keys` keys per split, `rows` query rows (tokens x heads) of
+// a sequence, `tma_mode` a bf16 cache loaded by tensor copy (4 stages: the next pair's tile a
+// has a stage of its own). Yes for splits of at least kMlaAttentionLookaheadMinKeys keys
+// (shorter ones lost up to 12%: the last pair's QK is wasted and the ring starts a tile
+// shorter), unless P is rounded once over at most 32 rows: that kernel streams the cache at
+// ~91% of copy, and the earlier wait for a tile cost it 0.5-1%. The host asks it with the
+// planned sizes to pick the kernel; each CTA asks it again with its own.
+inline constexpr int64_t kMlaAttentionLookaheadMinKeys = 1024;
+constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t split_keys, int64_t rows) {
+  return tma_mode && split_keys >= kMlaAttentionLookaheadMinKeys && (split_p || rows > 32);
+}
+
 // The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
 // kernel stays as asked; `automatic` is the WGMMA kernel (v2) on compute capability 9.0 (the
 // sm_90a features it needs: wgmma, setmaxnreg, cp.async.bulk with mbarrier transactions) and

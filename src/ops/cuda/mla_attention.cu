@@ -655,7 +655,10 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     p.q_tensor = mla_attention_q_by_tensor_copy(static_cast<int64_t>(p.max_pages) * p.page_size, splits);
-    launch_mla_attention_sm90(p, grid, fp8, q_fp8, a.precision == MlaAttentionPrecision::exact, s);
+    const bool split_p = a.precision == MlaAttentionPrecision::exact;
+    const int64_t kv_len = static_cast<int64_t>(p.max_pages) * p.page_size;
+    const bool lookahead = mla_attention_lookahead(!fp8, split_p, (kv_len + splits - 1) / splits, q_plan * H);
+    launch_mla_attention_sm90(p, grid, fp8, q_fp8, split_p, lookahead, s);
   } else if (fp8 && q_fp8) {
     launch<true, true>(p, grid, s);
   } else if (fp8) {

@@ -126,7 +126,8 @@ __device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, in
 // The WGMMA kernel (mla_attention_sm90.cu): same params, grid (row_tiles, splits, B), same
 // outputs (o and lse when splits == 1, else the workspace partials for the combine kernel).
 // split_p: P as hi + lo (MlaAttentionPrecision::exact), else rounded once (::fast).
+// lookahead: mla_attention_lookahead of the planned sizes (taken only with a bf16 cache by TMA).
 void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, bool split_p,
-                               cudaStream_t s);
+                               bool lookahead, cudaStream_t s);
 
 }  // namespace kestrel::ops::cuda

@@ -621,7 +621,22 @@ __device__ __forceinline__ void pv_from_shared(float (&o)[128], uint32_t p_smem,
   }
 }
 
-template <bool kQFp8, bool kF16, bool kSplitP>
+// QK of one tile (all 36 k-steps, scores zeroed first) into sc; the caller commits.
+template <bool kF16>
+__device__ __forceinline__ void issue_qk(float (&sc)[16], uint32_t q_smem, uint32_t kv) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
+  wgmma_fence();
+  const uint32_t q_lo = sw128_lo(q_smem), k_lo = sw128_lo(kv);  // k-step descriptors: base + immediate
+#pragma unroll
+  for (int kk = 0; kk < kQkSteps; ++kk)
+    wgmma_m64n32k16_ss<kF16>(sc, desc_of(q_lo + q_step_lo(kk)), desc_of(k_lo + k_step_lo(kk)), kk > 0 ? 1 : 0);
+}
+
+// kLookahead (TMA mode's 4 stages): warpgroup 0 issues the QK of the next pair's tile a right
+// after its P_a V_a, before it waits for P_b, so that QK runs while warpgroup 1 computes its
+// softmax and is done when the next pair starts (see the design note, "look-ahead").
+template <bool kQFp8, bool kF16, bool kSplitP, bool kLookahead>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma, const SeqPlan& s, int split,
                                          uint32_t base, uint8_t* base_ptr, int c, int t, int nst) {
   const int lane = t % 32, tq = t % 4;
@@ -700,7 +715,17 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     uint32_t a_hi[2][4], a_lo[2][4];
+    float sc[16];  // scores of this warpgroup's tile (look-ahead: issued in the pair before)
     const int npairs = (tp.ntiles + 1) / 2;
+    if (kLookahead && c == 0) {
+      // The first pair's QK_a, retired here (every pair start finds at most its P_b V_b pending).
+      if (tp.ntiles > 0) {
+        mbar_wait(base + kBarFull + 8 * (ti_run % nst), (ti_run / nst) & 1);
+        issue_qk<kF16>(sc, opaque(base + kOffQ), opaque(base + kOffKv + static_cast<int>(ti_run % nst) * kKvBytes));
+        wgmma_commit();
+        wgmma_wait<0>();
+      }
+    }
 
     for (int pr = 0; pr < npairs; ++pr) {
       const bool has_b = 2 * pr + 1 < tp.ntiles;
@@ -708,6 +733,77 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
       const int sta = static_cast<int>(tia % nst), stb = static_cast<int>(tib % nst);
       const uint32_t kva = opaque(base + kOffKv + sta * kKvBytes), kvb = opaque(base + kOffKv + stb * kKvBytes);
       const uint32_t q_smem = opaque(base + kOffQ);  // per pair: the 36 descriptors are not hoisted (registers)
+      float alpha[2];
+      if (kLookahead && c == 0) {
+        // ---- warpgroup 0 with look-ahead. Pending: [QK_a][the last pair's P_b V_b, or empty].
+        wgmma_wait<1>();
+        fence_operands(sc);
+        float sa[16];  // the softmax works on a copy (as warpgroup 1's below: C7515)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sa[i] = sc[i];
+        const bool rescaled = softmax_tile(sa, m, l, alpha, tp, s.begin + 2 * pr * kKeys, lim, t, p.scale_log2);
+        wgmma_wait<0>();  // the last pair's P_b V_b retired: its tile b released, o may be rescaled
+        fence_operands(o);
+        fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+        if (pr > 0) {
+          __syncwarp();
+          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((tib - 2) % nst));
+        }
+        if (rescaled) {
+#pragma unroll
+          for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
+        }
+        named_bar_sync(kBarWgP, 128);  // (warpgroup 0) every warp's P_b V_b of the last pair retired
+        pack_and_publish_p<kF16, kSplitP>(sa, a_hi, a_lo, p_mine, t);
+        if (tq == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            m_pub[row0 + 8 * h] = m[h];
+            sc_pub[row0 + 8 * h] = alpha[h];
+          }
+        }
+        fence_proxy_async();
+        named_bar_arrive(kBarP0Full, 256);
+        wgmma_fence();
+        pv_from_registers<kF16, kSplitP>(o, a_hi, a_lo, kva, c);
+        wgmma_commit();
+        // The look-ahead: the next pair's QK_a. The last pair issues it too, over its own tile b
+        // (or a), which it holds until the row tile's end, and drops the scores: a wgmma issued
+        // under a condition makes ptxas serialise them all (C7519 / C7514).
+        {
+          const uint32_t tin = tia + 2;
+          const bool next = 2 * pr + 2 < tp.ntiles;
+          if (next) mbar_wait(base + kBarFull + 8 * (tin % nst), (tin / nst) & 1);
+          issue_qk<kF16>(sc, q_smem, next ? opaque(base + kOffKv + static_cast<int>(tin % nst) * kKvBytes) : has_b ? kvb : kva);
+          wgmma_commit();
+        }
+        if (has_b) {
+          named_bar_sync(kBarP1Full, 256);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            alpha[h] = sc_pub[kRows + row0 + 8 * h];
+            m[h] = m_pub[kRows + row0 + 8 * h];
+          }
+          // P_a V_a and the look-ahead QK retired (waiting for P_a V_a alone, ptxas serialises
+          // the wgmmas: C7514; the QK was issued long before, during warpgroup 1's softmax).
+          wgmma_wait<0>();
+          fence_operands(o);
+          fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+          __syncwarp();
+          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
+          rescale_rows(o, l, alpha);
+          mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
+          wgmma_fence();
+          pv_from_shared<kF16, kSplitP>(o, p_other, kvb, c);
+          wgmma_commit();  // retired at the next pair or the row tile's end
+        } else {
+          // The last pair: tile a is released at the row tile's end. (The wait only shows ptxas
+          // that no group but the newest is pending where a pair would start.)
+          wgmma_wait<0>();
+          fence_operands(o);
+        }
+        continue;
+      }
       // The previous pair's last wgmma (PV of its tile b) is retired (unconditionally: a wait
       // under a condition makes ptxas serialise every wgmma, C7514 / C7515); then that tile is
       // released.
@@ -719,21 +815,13 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
         if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((tib - 2) % nst));
       }
       // QK of this warpgroup's own tile (a for 0, b for 1), all 36 k-steps.
-      float sc[16];
       const bool own = c == 0 || has_b;
       if (own) {
         const uint32_t ti = c == 0 ? tia : tib, kv = c == 0 ? kva : kvb;
         mbar_wait(base + kBarFull + 8 * (ti % nst), (ti / nst) & 1);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
-        wgmma_fence();
-        const uint32_t q_lo = sw128_lo(q_smem), k_lo = sw128_lo(kv);  // k-step descriptors: base + immediate
-#pragma unroll
-        for (int kk = 0; kk < kQkSteps; ++kk)
-          wgmma_m64n32k16_ss<kF16>(sc, desc_of(q_lo + q_step_lo(kk)), desc_of(k_lo + k_step_lo(kk)), kk > 0 ? 1 : 0);
+        issue_qk<kF16>(sc, q_smem, kv);
         wgmma_commit();
       }
-      float alpha[2];
       if (c == 0) {
         // ---- warpgroup 0: softmax of a, publish, P_a V_a, then P_b V_b.
         wgmma_wait<0>();
@@ -835,7 +923,8 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
     }
     wgmma_wait<0>();  // (nothing pending when the row tile had no KV tile)
     fence_operands(o);
-    if (tp.ntiles > 0 && tp.ntiles % 2 == 0) {  // the last pair's tile b, read by both
+    // The last tile: a tile b (read by both), or with look-ahead warpgroup 0's last tile a.
+    if (tp.ntiles > 0 && (tp.ntiles % 2 == 0 || (kLookahead && c == 0))) {
       fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
       __syncwarp();
       if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * ((ti_run + tp.ntiles - 1) % nst));
@@ -907,7 +996,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
 // per two values instead of four (e4m3 -> f16 is native; bf16 went through f32); P is split in
 // f16 (hi + lo carry 22 bits instead of 16).
 // tma: `map` describes the bf16 cache (TMA mode, see producer_tma); else it is unused.
-template <bool kFp8, bool kQFp8, bool kSplitP>
+template <bool kFp8, bool kQFp8, bool kSplitP, bool kLookahead>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_sm90_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map,
                               const __grid_constant__ CUtensorMap qmap, int tma, int q_tma) {
@@ -970,7 +1059,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     producer<kFp8, kF16>(p, map, tma_mode, b, s, base, base_ptr, wt);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consumer<kQFp8, kF16, kSplitP>(p, q_by_tma, s, split, base, base_ptr, wg - 1, wt, nst);
+    // The look-ahead (the host's rule, asked again with this CTA's split and rows) needs TMA
+    // mode's 4 stages: the next pair's tile a in a stage of its own.
+    if constexpr (kLookahead) {
+      if (mla_attention_lookahead(tma_mode, kSplitP, s.end - s.begin, s.rows_b)) {
+        consumer<kQFp8, kF16, kSplitP, true>(p, q_by_tma, s, split, base, base_ptr, wg - 1, wt, nst);
+        return;
+      }
+    }
+    consumer<kQFp8, kF16, kSplitP, false>(p, q_by_tma, s, split, base, base_ptr, wg - 1, wt, nst);
   }
 }
 
@@ -1030,50 +1127,66 @@ bool encode_q_map(const MlaAttentionParams& p, bool q_fp8, CUtensorMap* map) {
 
 // The kernel's name in the launch log (tests read it to prove the path taken): the cache and
 // query dtypes, TMA mode, and ", fast P" when P is rounded once (MlaAttentionPrecision::fast).
-std::string kernel_name(bool fp8, bool q_fp8, bool tma, bool split_p) {
+std::string kernel_name(bool fp8, bool q_fp8, bool tma, bool split_p, bool lookahead) {
   return str("mla_attention_sm90_kernel<", fp8 ? "fp8" : "bf16", " cache, ", q_fp8 ? "fp8" : "bf16", " q",
-             tma ? ", tma" : "", split_p ? "" : ", fast P", ">");
+             tma ? ", tma" : "", split_p ? "" : ", fast P", lookahead ? ", look-ahead" : "", ">");
 }
 
-template <bool kFp8, bool kQFp8, bool kSplitP>
-void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
+template <bool kFp8, bool kQFp8, bool kSplitP, bool kLookahead>
+void launch_kernel(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map, const CUtensorMap& qmap, bool tma,
+                   bool q_tma, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP>,
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP, kLookahead>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
   // Names by (KV by TMA, Q by TMA); tests read them to prove the path taken.
   static const std::string names[2][2] = {
-      {kernel_name(kFp8, kQFp8, false, kSplitP), kernel_name(kFp8, kQFp8, false, kSplitP) + " + q by tensor copy"},
-      {kernel_name(kFp8, kQFp8, true, kSplitP), kernel_name(kFp8, kQFp8, true, kSplitP) + " + q by tensor copy"}};
-  CUtensorMap map{}, qmap{};
-  const bool tma = !kFp8 && encode_kv_map(p, &map);
-  const bool q_tma = encode_q_map(p, kQFp8, &qmap);
-  mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP><<<grid, kThreads, kSmemBytes, s>>>(p, map, qmap, tma ? 1 : 0, q_tma ? 1 : 0);
+      {kernel_name(kFp8, kQFp8, false, kSplitP, kLookahead),
+       kernel_name(kFp8, kQFp8, false, kSplitP, kLookahead) + " + q by tensor copy"},
+      {kernel_name(kFp8, kQFp8, true, kSplitP, kLookahead),
+       kernel_name(kFp8, kQFp8, true, kSplitP, kLookahead) + " + q by tensor copy"}};
+  mla_attention_sm90_kernel<kFp8, kQFp8, kSplitP, kLookahead>
+      <<<grid, kThreads, kSmemBytes, s>>>(p, map, qmap, tma ? 1 : 0, q_tma ? 1 : 0);
   KESTREL_LAUNCHED(names[tma][q_tma].c_str());
 }
 
+// The look-ahead is its own instantiation (bf16 caches only: it needs TMA mode's 4 stages), so
+// the kernels without it keep their code size (small grids, where a CTA runs its code once,
+// measured 1-2% slower with both schedules in one kernel).
+template <bool kFp8, bool kQFp8, bool kSplitP>
+void launch(const MlaAttentionParams& p, dim3 grid, bool lookahead, cudaStream_t s) {
+  CUtensorMap map{}, qmap{};
+  const bool tma = !kFp8 && encode_kv_map(p, &map);
+  const bool q_tma = encode_q_map(p, kQFp8, &qmap);
+  if constexpr (!kFp8) {
+    if (lookahead && tma) return launch_kernel<kFp8, kQFp8, kSplitP, true>(p, grid, map, qmap, tma, q_tma, s);
+  }
+  launch_kernel<kFp8, kQFp8, kSplitP, false>(p, grid, map, qmap, tma, q_tma, s);
+}
+
 template <bool kSplitP>
-void launch_by_dtype(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, cudaStream_t s) {
+void launch_by_dtype(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, bool lookahead,
+                     cudaStream_t s) {
   if (fp8_cache && fp8_q) {
-    launch<true, true, kSplitP>(p, grid, s);
+    launch<true, true, kSplitP>(p, grid, lookahead, s);
   } else if (fp8_cache) {
-    launch<true, false, kSplitP>(p, grid, s);
+    launch<true, false, kSplitP>(p, grid, lookahead, s);
   } else if (fp8_q) {
-    launch<false, true, kSplitP>(p, grid, s);
+    launch<false, true, kSplitP>(p, grid, lookahead, s);
   } else {
-    launch<false, false, kSplitP>(p, grid, s);
+    launch<false, false, kSplitP>(p, grid, lookahead, s);
   }
 }
 
 }  // namespace
 
 void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, bool split_p,
-                               cudaStream_t s) {
+                               bool lookahead, cudaStream_t s) {
   if (split_p) {
-    launch_by_dtype<true>(p, grid, fp8_cache, fp8_q, s);
+    launch_by_dtype<true>(p, grid, fp8_cache, fp8_q, lookahead, s);
   } else {
-    launch_by_dtype<false>(p, grid, fp8_cache, fp8_q, s);
+    launch_by_dtype<false>(p, grid, fp8_cache, fp8_q, lookahead, s);
   }
 }
 
