@@ -96,7 +96,10 @@
 //   side can be at most one phase ahead, so the parity never aliases.
 //   empty (seesaw)   every consumer warp still arrives once per tile, after its last wgmma
 //                    reading the tile retired: tile a after P_a V_a, tile b at the next pair's
-//                    wait_group 0 (or the row tile's end).
+//                    wait_group 0 (or the row tile's end). With the look-ahead, warpgroup 0
+//                    releases tile b after the next pair's softmax (its wait_group 0) and, in
+//                    the last pair, the last tile (a or b) at the row tile's end, after the
+//                    dropped look-ahead QK over it retired.
 //   hand-over        named barriers of 256 (128 bar.arrive + 128 bar.sync): P0 full (1;
 //                    warpgroup 0 wrote P_a, m, alpha: fence.proxy.async, arrive), P1 full (2;
 //                    the same for P_b the other way, only in pairs with a tile b), L (5, both
@@ -152,6 +155,17 @@
 // the softmax of tile j; ptxas then either serialises the wgmmas (C7514, look-ahead issued
 // conditionally) or spills (16 more live score registers): overlap needs fewer accumulators
 // per consumer thread than 128 O + 16 S + 16 P (docs/perf.md).
+// Look-ahead (seesaw, kLookahead; fourteenth session): warpgroup 0 issues the next pair's QK_a
+// right after its P_a V_a (its score registers are free once P_a is packed, so no extra
+// registers), i.e. while warpgroup 1 computes its softmax, instead of after P_b V_b, where it
+// sat in the chain QK_a -> softmax_a -> softmax_b -> P_b V_b -> QK_a'. Its wgmma groups per
+// pair: [QK_a][last P_b V_b] at the start (wait_group 1: the scores; softmax; wait_group 0),
+// then [P_a V_a][QK_a'] and, with a tile b, wait_group 0 before P_b V_b. ptxas serialises
+// everything (C7514-C7520) unless the look-ahead is issued unconditionally (the last pair's goes
+// over its own tile and is dropped), the first QK of a row tile is waited for where it is
+// issued, and the branch without a tile b waits itself. Bf16 exact 1.06-1.15x, P rounded once
+// at 64+ rows 1.03-1.16x (docs/perf.md); only with TMA mode's 4 stages (fp8's 3 made warpgroup
+// 0 wait for a stage still being refilled) and splits of 1024+ keys (mla_attention_lookahead).
 #include <cuda.h>  // CUtensorMap (a plain struct; the encoder comes from the runtime)
 #include <cuda_fp8.h>
 #include <cudaTypedefs.h>
