@@ -748,6 +748,47 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
       const uint32_t kva = opaque(base + kOffKv + sta * kKvBytes), kvb = opaque(base + kOffKv + stb * kKvBytes);
       const uint32_t q_smem = opaque(base + kOffQ);  // per pair: the 36 descriptors are not hoisted (registers)
       float alpha[2];
+      // Warpgroup `wg`'s hand-over of its tile's P (softmax done, in `pr_c`; `wg` a literal at
+      // every call, so the barrier ids stay constants): once every warp of the warpgroup
+      // retired its read of the other's P, P, m and alpha go to shared memory, the other
+      // warpgroup is signalled (P0 / P1 full), and P V of the tile at `kv` is issued from
+      // registers.
+      const auto publish_then_pv = [&](const float (&pr_c)[16], uint32_t kv, int wg) {
+        named_bar_sync(kBarWgP + wg, 128);
+        pack_and_publish_p<kF16, kSplitP>(pr_c, a_hi, a_lo, p_mine, t);
+        if (tq == 0) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            m_pub[wg * kRows + row0 + 8 * h] = m[h];
+            sc_pub[wg * kRows + row0 + 8 * h] = alpha[h];
+          }
+        }
+        fence_proxy_async();  // P (generic stores) -> the async proxy of the other's wgmma
+        named_bar_arrive(kBarP0Full + wg, 256);
+        wgmma_fence();
+        pv_from_registers<kF16, kSplitP>(o, a_hi, a_lo, kv, c);
+        wgmma_commit();
+      };
+      // Warpgroup 0 takes P_b: m and alpha after b, then (P_a V_a retired: `wgmma_wait<0>`, with
+      // the look-ahead QK as well) tile a released, o rescaled, P_b V_b issued from shared memory.
+      const auto take_p_b_then_pv = [&] {
+        named_bar_sync(kBarP1Full, 256);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          alpha[h] = sc_pub[kRows + row0 + 8 * h];
+          m[h] = m_pub[kRows + row0 + 8 * h];
+        }
+        wgmma_wait<0>();
+        fence_operands(o);
+        fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
+        rescale_rows(o, l, alpha);
+        mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
+        wgmma_fence();
+        pv_from_shared<kF16, kSplitP>(o, p_other, kvb, c);
+        wgmma_commit();  // retired at the next pair or the row tile's end
+      };
       if (kLookahead && c == 0) {
         // ---- warpgroup 0 with look-ahead. Pending: [QK_a][the last pair's P_b V_b, or empty].
         wgmma_wait<1>();
@@ -767,20 +808,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
 #pragma unroll
           for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
         }
-        named_bar_sync(kBarWgP, 128);  // (warpgroup 0) every warp's P_b V_b of the last pair retired
-        pack_and_publish_p<kF16, kSplitP>(sa, a_hi, a_lo, p_mine, t);
-        if (tq == 0) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            m_pub[row0 + 8 * h] = m[h];
-            sc_pub[row0 + 8 * h] = alpha[h];
-          }
-        }
-        fence_proxy_async();
-        named_bar_arrive(kBarP0Full, 256);
-        wgmma_fence();
-        pv_from_registers<kF16, kSplitP>(o, a_hi, a_lo, kva, c);
-        wgmma_commit();
+        publish_then_pv(sa, kva, 0);
         // The look-ahead: the next pair's QK_a. The last pair issues it too, over its own tile b
         // (or a), which it holds until the row tile's end, and drops the scores: a wgmma issued
         // under a condition makes ptxas serialise them all (C7519 / C7514).
@@ -792,24 +820,9 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
           wgmma_commit();
         }
         if (has_b) {
-          named_bar_sync(kBarP1Full, 256);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            alpha[h] = sc_pub[kRows + row0 + 8 * h];
-            m[h] = m_pub[kRows + row0 + 8 * h];
-          }
-          // P_a V_a and the look-ahead QK retired (waiting for P_a V_a alone, ptxas serialises
-          // the wgmmas: C7514; the QK was issued long before, during warpgroup 1's softmax).
-          wgmma_wait<0>();
-          fence_operands(o);
-          fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
-          rescale_rows(o, l, alpha);
-          mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
-          wgmma_fence();
-          pv_from_shared<kF16, kSplitP>(o, p_other, kvb, c);
-          wgmma_commit();  // retired at the next pair or the row tile's end
+          // (Its wait_group 0 retires the look-ahead QK too: waiting for P_a V_a alone, ptxas
+          // serialises the wgmmas, C7514; the QK was issued during warpgroup 1's softmax.)
+          take_p_b_then_pv();
         } else {
           // The last pair: tile a is released at the row tile's end. (The wait only shows ptxas
           // that no group but the newest is pending where a pair would start.)
@@ -845,37 +858,9 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
 #pragma unroll
           for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
         }
-        named_bar_sync(kBarWgP, 128);  // (warpgroup 0) every warp's P_b V_b of the last pair retired
-        pack_and_publish_p<kF16, kSplitP>(sc, a_hi, a_lo, p_mine, t);
-        if (tq == 0) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            m_pub[row0 + 8 * h] = m[h];
-            sc_pub[row0 + 8 * h] = alpha[h];
-          }
-        }
-        fence_proxy_async();  // P_a (generic stores) -> the async proxy of warpgroup 1's wgmma
-        named_bar_arrive(kBarP0Full, 256);
-        wgmma_fence();
-        pv_from_registers<kF16, kSplitP>(o, a_hi, a_lo, kva, c);
-        wgmma_commit();
+        publish_then_pv(sc, kva, 0);  // (after every warp's P_b V_b of the last pair retired)
         if (has_b) {
-          named_bar_sync(kBarP1Full, 256);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            alpha[h] = sc_pub[kRows + row0 + 8 * h];
-            m[h] = m_pub[kRows + row0 + 8 * h];
-          }
-          wgmma_wait<0>();  // P_a V_a retired: o may be rescaled, tile a released
-          fence_operands(o);
-          fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
-          __syncwarp();
-          if (lane == 0) mbar_arrive(base + kBarEmpty + 8 * sta);
-          rescale_rows(o, l, alpha);
-          mbar_wait(base + kBarFull + 8 * stb, (tib / nst) & 1);
-          wgmma_fence();
-          pv_from_shared<kF16, kSplitP>(o, p_other, kvb, c);
-          wgmma_commit();  // retired at the next pair or the row tile's end
+          take_p_b_then_pv();
         } else {
           wgmma_wait<0>();
           fence_operands(o);
@@ -913,20 +898,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
 #pragma unroll
             for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
           }
-          named_bar_sync(kBarWgP + 1, 128);  // (warpgroup 1) every warp's P_a V_a retired
-          pack_and_publish_p<kF16, kSplitP>(sb, a_hi, a_lo, p_mine, t);
-          if (tq == 0) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              m_pub[kRows + row0 + 8 * h] = m[h];
-              sc_pub[kRows + row0 + 8 * h] = alpha[h];
-            }
-          }
-          fence_proxy_async();
-          named_bar_arrive(kBarP1Full, 256);
-          wgmma_fence();
-          pv_from_registers<kF16, kSplitP>(o, a_hi, a_lo, kvb, c);
-          wgmma_commit();  // retired at the next pair or the row tile's end
+          publish_then_pv(sb, kvb, 1);  // (after every warp's P_a V_a retired; P_b V_b retired at the next pair)
         } else {
           wgmma_wait<0>();
           fence_operands(o);
