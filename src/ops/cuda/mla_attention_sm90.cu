@@ -163,7 +163,8 @@
 // then [P_a V_a][QK_a'] and, with a tile b, wait_group 0 before P_b V_b. ptxas serialises
 // everything (C7514-C7520) unless the look-ahead is issued unconditionally (the last pair's goes
 // over its own tile and is dropped), the first QK of a row tile is waited for where it is
-// issued, and the branch without a tile b waits itself. Bf16 exact 1.06-1.15x, P rounded once
+// issued, and the branch without a tile b waits itself (the build now fails on any of these
+// reports: scripts/nvcc-wgmma-guard). Bf16 exact 1.06-1.15x, P rounded once
 // at 64+ rows 1.03-1.16x (docs/perf.md); only with TMA mode's 4 stages (fp8's 3 made warpgroup
 // 0 wait for a stage still being refilled) and splits of 1024+ keys (mla_attention_lookahead).
 #include <cuda.h>  // CUtensorMap (a plain struct; the encoder comes from the runtime)
