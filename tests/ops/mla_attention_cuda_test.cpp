@@ -239,6 +239,47 @@ TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBits) {
   }
 }
 
+// The same with verify blocks: 136 sequences at H = 64, one of 7 queries and the rest of 1 or 2,
+// so the plan has ceil(Tq / B) = 2 queries (two 64-row tiles) per sequence and the CTAs of the
+// 7-query sequence loop over its 7 row tiles (the look-ahead starts and ends each one); the
+// 7-query sequence is long (1987 keys), so every one of its row tiles looks ahead.
+TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBitsOverSeveralRowTiles) {
+  constexpr int64_t H = 64;
+  const std::vector<int32_t> some = {1100, 37, 1500, 1, 1024, 700, 2000, 1057, 1023, 1987};
+  std::vector<int32_t> lens, q_lens;
+  for (size_t i = 0; i < 136; ++i) {
+    lens.push_back(some[i % some.size()]);
+    q_lens.push_back(i == 9 ? 7 : static_cast<int32_t>(1 + i % 2));
+  }
+  std::vector<int32_t> q_start = {0};
+  for (int32_t n : q_lens) q_start.push_back(q_start.back() + n);
+  const int64_t Tq = q_start.back();
+  std::mt19937_64 rng(31);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<uint16_t> q(static_cast<size_t>(Tq * H * kMlaRow));
+  for (auto& x : q) x = f32_to_bf16(u(rng));
+  Problem tma = make_paged(64, DType::bf16, lens, 2048, 22, H);
+  Problem relayout = make_paged(16, DType::bf16, lens, 2048, 22, H);
+  for (Problem* p : {&tma, &relayout}) {
+    p->q_start = q_start;
+    p->starts = upload(q_start, {p->B() + 1}, DType::i32, Device::cuda);
+    p->q = upload(q, {Tq, H, kMlaRow}, DType::bf16, Device::cuda);
+    p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * H * kMlaNope), 0x7fc1), {Tq, H, kMlaNope}, DType::bf16,
+                  Device::cuda);
+    p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * H), NAN), {Tq, H}, DType::f32, Device::cuda);
+  }
+  const auto tma_log = run(tma, MlaAttentionKernel::automatic);
+  const auto relayout_log = run(relayout, MlaAttentionKernel::automatic);
+  EXPECT_TRUE(launched(tma_log, ", tma, look-ahead>"));
+  EXPECT_FALSE(launched(relayout_log, "look-ahead"));
+  const std::vector<uint16_t> o = testing_util::download<uint16_t>(tma.o);
+  EXPECT_EQ(o, testing_util::download<uint16_t>(relayout.o));
+  EXPECT_EQ(testing_util::download<float>(tma.lse), testing_util::download<float>(relayout.lse));
+  size_t finite = 0;
+  for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x));
+  EXPECT_EQ(finite, o.size()) << "every output row is rewritten (o = 0 where a query attends nothing)";
+}
+
 // Q by tensor copy (a bf16 q whose tokens are H rows apart: the kernel's name says " + q by
 // tensor copy") gives the bits of the generic Q paths: the same query values in a wider buffer
 // (token stride (H + 1) * 576) take those. H = 32 and verify blocks of 7, 3, 1 and 2 queries, so
