@@ -198,6 +198,31 @@ TEST_F(MlaAttentionCuda, PageSizeAndModeDoNotChangeTheBits) {
     }
 }
 
+// The look-ahead tests' check: both problems' outputs poisoned (NaN), run, then `tma` (TMA mode,
+// names `tma_name` asserted present or absent as `tma_expected`) and `relayout` (never looks
+// ahead) give the same o and lse bits, and every o is rewritten and finite.
+void expect_lookahead_bits(Problem& tma, Problem& relayout, MlaAttentionPrecision pr, const std::string& tma_name,
+                           bool tma_expected, const std::string& what) {
+  const int64_t Tq = tma.q_start.back(), H = tma.H;
+  for (Problem* p : {&tma, &relayout}) {
+    p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * H * kMlaNope), 0x7fc1), {Tq, H, kMlaNope}, DType::bf16,
+                  Device::cuda);
+    p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * H), NAN), {Tq, H}, DType::f32, Device::cuda);
+  }
+  const auto tma_log = run(tma, MlaAttentionKernel::automatic, pr);
+  const auto relayout_log = run(relayout, MlaAttentionKernel::automatic, pr);
+  EXPECT_TRUE(launched(tma_log, ", tma")) << what;
+  EXPECT_EQ(launched(tma_log, tma_name), tma_expected) << what;
+  EXPECT_FALSE(launched(relayout_log, "look-ahead")) << what;
+  EXPECT_FALSE(launched(relayout_log, "tma")) << what;
+  const std::vector<uint16_t> o = testing_util::download<uint16_t>(tma.o);
+  EXPECT_EQ(o, testing_util::download<uint16_t>(relayout.o)) << what;
+  EXPECT_EQ(testing_util::download<float>(tma.lse), testing_util::download<float>(relayout.lse)) << what;
+  size_t finite = 0;
+  for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x));
+  EXPECT_EQ(finite, o.size()) << what << ": every output row is rewritten and finite (o = 0 where a query attends nothing)";
+}
+
 // The look-ahead (warpgroup 0 issues its next QK before it waits for warpgroup 1's P; the
 // kernel's name says ", look-ahead") changes the schedule, not the arithmetic: the same rows
 // paged by 64 (TMA mode: look-ahead where mla_attention_lookahead says so) and by 16 (the
@@ -219,23 +244,7 @@ TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBits) {
     const std::string what = str("precision ", static_cast<int>(c.pr), " H ", c.H);
     Problem tma = make_paged(64, DType::bf16, lens, 2048, 21, c.H);
     Problem relayout = make_paged(16, DType::bf16, lens, 2048, 21, c.H);
-    for (Problem* p : {&tma, &relayout}) {
-      p->o = upload(std::vector<uint16_t>(static_cast<size_t>(p->B() * c.H * kMlaNope), 0x7fc1), {p->B(), c.H, kMlaNope},
-                    DType::bf16, Device::cuda);
-      p->lse = upload(std::vector<float>(static_cast<size_t>(p->B() * c.H), NAN), {p->B(), c.H}, DType::f32, Device::cuda);
-    }
-    const auto tma_log = run(tma, MlaAttentionKernel::automatic, c.pr);
-    const auto relayout_log = run(relayout, MlaAttentionKernel::automatic, c.pr);
-    EXPECT_TRUE(launched(tma_log, ", tma")) << what;
-    EXPECT_EQ(launched(tma_log, ", look-ahead>"), c.lookahead) << what;
-    EXPECT_FALSE(launched(relayout_log, "look-ahead")) << what;
-    EXPECT_FALSE(launched(relayout_log, "tma")) << what;
-    const std::vector<uint16_t> o = testing_util::download<uint16_t>(tma.o);
-    EXPECT_EQ(o, testing_util::download<uint16_t>(relayout.o)) << what;
-    EXPECT_EQ(testing_util::download<float>(tma.lse), testing_util::download<float>(relayout.lse)) << what;
-    size_t finite = 0;
-    for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x));
-    EXPECT_EQ(finite, o.size()) << what << ": every sequence attends a key, so every output is rewritten and finite";
+    expect_lookahead_bits(tma, relayout, c.pr, ", look-ahead>", c.lookahead, what);
   }
 }
 
@@ -264,20 +273,8 @@ TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBitsOverSeveralRowTiles) {
     p->q_start = q_start;
     p->starts = upload(q_start, {p->B() + 1}, DType::i32, Device::cuda);
     p->q = upload(q, {Tq, H, kMlaRow}, DType::bf16, Device::cuda);
-    p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * H * kMlaNope), 0x7fc1), {Tq, H, kMlaNope}, DType::bf16,
-                  Device::cuda);
-    p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * H), NAN), {Tq, H}, DType::f32, Device::cuda);
   }
-  const auto tma_log = run(tma, MlaAttentionKernel::automatic);
-  const auto relayout_log = run(relayout, MlaAttentionKernel::automatic);
-  EXPECT_TRUE(launched(tma_log, ", tma, look-ahead>"));
-  EXPECT_FALSE(launched(relayout_log, "look-ahead"));
-  const std::vector<uint16_t> o = testing_util::download<uint16_t>(tma.o);
-  EXPECT_EQ(o, testing_util::download<uint16_t>(relayout.o));
-  EXPECT_EQ(testing_util::download<float>(tma.lse), testing_util::download<float>(relayout.lse));
-  size_t finite = 0;
-  for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x));
-  EXPECT_EQ(finite, o.size()) << "every output row is rewritten (o = 0 where a query attends nothing)";
+  expect_lookahead_bits(tma, relayout, MlaAttentionPrecision::exact, ", tma, look-ahead>", true, "verify blocks");
 }
 
 // Q by tensor copy (a bf16 q whose tokens are H rows apart: the kernel's name says " + q by
