@@ -1,6 +1,8 @@
 // kda_chunk_prefill: the argument check shared by every backend, and the dispatch.
 #include "kestrel/ops/kda_chunk_prefill.h"
 
+#include <algorithm>
+
 #include "kestrel/ops/checks.h"
 
 namespace kestrel::ops {
@@ -11,6 +13,17 @@ namespace kestrel::ops {
 // CTAs than SMs (H = 96: 384) uniform warps, two CTAs per SM, stay faster (roles 0.93-0.97x)
 // (H200, docs/perf.md, twelfth session).
 bool kda_chunk_prefill_state_roles(int64_t ctas, int64_t num_sms) { return ctas <= num_sms; }
+
+// Each window beyond the first cost the 64k-token H = 32 call ~30 us (4577 us in three windows
+// under a 1 GiB bound against 4514-4525 in one: 1.3%, H200, docs/perf.md, sixteenth session); the
+// cost was not found in the intra kernel's wave tail, window sizes or a programmatic launch
+// (thirteenth and sixteenth sessions), so the default lets long prompts run in one window where
+// memory allows. fla's chunk_kda holds more than this at that length (bf16 per-chunk states,
+// w, u, kg, Aqk: ~3 GB at 64k, H = 32). The pool keeps what a call took (scratch_alloc).
+int64_t kda_chunk_prefill_default_workspace_bytes(int64_t device_memory_bytes) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  return std::clamp<int64_t>(device_memory_bytes / 32, kGiB, 4 * kGiB);
+}
 
 void kda_chunk_prefill_check(const KdaChunkPrefillArgs& a) {
   constexpr const char* op = "kda_chunk_prefill";

@@ -773,6 +773,23 @@ TEST(KdaCpu, StateKernelLayoutRule) {
   EXPECT_FALSE(ops::kda_chunk_prefill_state_roles(384, 132));  // H = 96
 }
 
+// The CUDA prefill's default workspace bound (pure, docs/ops/kda.md): a 32nd of the device's
+// memory, clamped to [1 GiB, 4 GiB].
+TEST(KdaCpu, DefaultWorkspaceBoundRule) {
+  const int64_t gib = int64_t{1} << 30, gb = 1000 * 1000 * 1000;
+  EXPECT_EQ(ops::kda_chunk_prefill_default_workspace_bytes(141 * gb), 4 * gib);  // H200
+  EXPECT_EQ(ops::kda_chunk_prefill_default_workspace_bytes(80 * gb), 80 * gb / 32);  // H100: 2.5 GB
+  EXPECT_EQ(ops::kda_chunk_prefill_default_workspace_bytes(128 * gib), 4 * gib);
+  EXPECT_EQ(ops::kda_chunk_prefill_default_workspace_bytes(128 * gib + 32), 4 * gib);
+  EXPECT_EQ(ops::kda_chunk_prefill_default_workspace_bytes(32 * gib), gib);
+  EXPECT_EQ(ops::kda_chunk_prefill_default_workspace_bytes(16 * gb), gib);
+  EXPECT_EQ(ops::kda_chunk_prefill_default_workspace_bytes(0), gib);
+  // A 64k-token sequence at H = 32 takes one window on an H200, three under a 1 GiB bound.
+  const int64_t per_slot = 32 * ops::kKdaChunkWorkspaceBytesPerSlotHead, slots = 65536 / 64 + 1;
+  EXPECT_GE(ops::kda_chunk_prefill_default_workspace_bytes(141 * gb) / per_slot, slots);
+  EXPECT_LT(gib / per_slot * 2, slots);
+}
+
 // The CUDA decode's store rule (pure, docs/ops/kda.md): streaming stores up to twice the L2 of
 // state, plain stores beyond.
 TEST(KdaCpu, DecodeStreamingStoreRule) {

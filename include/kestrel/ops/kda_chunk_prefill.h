@@ -27,11 +27,17 @@ struct KdaChunkPrefillArgs {
   TensorView cu_checkpoints;     // [N + 1] i32 | i64 with checkpoints: sequence n owns
                                  //   floor(len_n / 64) rows starting at cu_checkpoints[n]
   std::optional<float> lower_bound;
-  // CUDA: the most scratch memory the call may take for its chunk workspace (bytes; 0: 1 GiB).
-  // The batch's chunks run in windows of as many chunks as fit (at least one), the states carried
-  // through the pool slots from window to window; results are bit-identical for any value.
+  // CUDA: the most scratch memory the call may take for its chunk workspace (bytes; 0: the
+  // default, kda_chunk_prefill_default_workspace_bytes of the device's memory). The batch's
+  // chunks run in windows of as many chunks as fit (at least one), the states carried through
+  // the pool slots from window to window; results are bit-identical for any value.
   int64_t max_workspace_bytes = 0;
 };
+
+// CUDA: the default workspace bound (a pure function, docs/ops/kda.md): a 32nd of the device's
+// memory, at least 1 GiB and at most 4 GiB. An H200 (141 GB) gets 4 GiB, one window for a
+// 64k-token sequence at H = 32 (2.3 GB); an 80 GB card 2.5 GiB; a card of 32 GB or less 1 GiB.
+int64_t kda_chunk_prefill_default_workspace_bytes(int64_t device_memory_bytes);
 
 // CUDA: the chunk workspace takes this many bytes per (chunk slot, head); a call's chunk slots
 // are N + floor(T / 64). (The unit of max_workspace_bytes; the kernels static_assert it.)

@@ -33,6 +33,8 @@ void once_per_device(const void* tag, void (*set)());
 int num_sms();
 // The current device's L2 cache size in bytes (host rules that pick a cache policy).
 int64_t l2_bytes();
+// The current device's memory in bytes (host rules that size scratch bounds; read once per device).
+int64_t device_memory_bytes();
 
 // Stream-ordered scratch (cudaMallocAsync / cudaFreeAsync on the stream; inside a CUDA graph
 // capture these become graph memory nodes). The first call on a device makes its default

@@ -36,8 +36,9 @@
 // below N + floor(T / 64); see chunk_slot_base), so both grids are sized from T and N alone and
 // the call stays capturable; unused slots exit at once. The workspace is stream-ordered scratch
 // (scratch_alloc: the device's default pool, kept mapped between calls), bounded by
-// max_workspace_bytes (default 1 GiB; 71,168 bytes per chunk slot and head, so a whole 64k-token
-// batch would take 2.3 GB at H = 32, 7.0 GB at H = 96): the slots run in windows of as many as
+// max_workspace_bytes (default kda_chunk_prefill_default_workspace_bytes: 4 GiB on an H200;
+// 71,168 bytes per chunk slot and head, so a whole 64k-token batch takes 2.3 GB at H = 32, one
+// window, and 7.0 GB at H = 96, two): the slots run in windows of as many as
 // fit, each window launching both kernels on its chunks only (Params::slot_lo .. slot_hi); the
 // state kernel starts a sequence's later windows from its slot, which holds the f32 state after
 // the window before (exactly: the kernel keeps it in f32 registers), so the results do not
@@ -134,9 +135,8 @@ bool rows_vectorizable(const KdaChunkPrefillArgs& a) {
 }
 
 // The workspace bound of a call (KdaChunkPrefillArgs::max_workspace_bytes; 0: the default).
-inline constexpr int64_t kDefaultWorkspaceBytes = int64_t{1} << 30;
 int64_t workspace_bound(const KdaChunkPrefillArgs& a) {
-  return a.max_workspace_bytes > 0 ? a.max_workspace_bytes : kDefaultWorkspaceBytes;
+  return a.max_workspace_bytes > 0 ? a.max_workspace_bytes : kda_chunk_prefill_default_workspace_bytes(device_memory_bytes());
 }
 
 bool slots_aligned(const TensorView& pool) {

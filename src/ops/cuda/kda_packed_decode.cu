@@ -35,6 +35,18 @@
 //   (st.global.cs, evict-first in L2; kda_packed_decode_streaming_stores): B = 1 4.66 -> 4.29 us,
 //   B = 8 1.04x, B = 32 1.02x at H = 32 on the H200; from B = 128 they cost 1-2%, and bf16 pools
 //   gained nothing (docs/perf.md, thirteenth session).
+// - the kernel is a programmatic dependent launch (launch_token_steps_as): its CTAs may be resident
+//   while the kernel before it drains, and wait (griddepcontrol.wait) before their first global
+//   access; then each triggers its own dependents. Graph replay of back-to-back calls: B = 1
+//   1.05x, B = 8 1.03x, B = 32 1.016x at H = 32 (docs/perf.md, sixteenth session). The same
+//   session measured, and did not keep: the rows stepped from shared memory in two passes (64
+//   registers, 32 CTAs per SM: 0.96x at B = 32, bf16 pools 0.87-0.92x); 4 rows per warp (the
+//   token math then per 2 KB: 0.75x); register caps for more resident CTAs (80: 1.00x, 72 and
+//   64 with spills 0.85-0.92x); the row sums as reduce-scatters (fewer instructions, a longer
+//   dependent chain: bf16 pools 1.02-1.08x from B = 32 but 0.95x at B = 1, 8, f32 0.98x from
+//   B = 128, verify 0.96-0.98x). A data-movement-only variant of this kernel (results wrong by
+//   construction) took 35.2 us at B = 32, H = 32 against 36.0 for the kernel and 33.2 for a
+//   device copy of the same bytes: the token math costs ~2%, the shape of the kernel the rest.
 // A bf16 pool halves the state bytes: a lane moves its 4 key dims as one 8-byte access, the
 // rows are widened to f32 in registers and rounded back to bf16 (nearest even) before the store.
 // Bytes per (token, head): 2 * K * V * sizeof(pool) (state) + (2K + V) * sizeof(T) (q, k, v)

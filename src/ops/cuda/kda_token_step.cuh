@@ -203,6 +203,12 @@ template <typename T, typename P, bool kMulti, bool kStream = false>
 __global__ void __launch_bounds__(kThreads) kda_token_steps_kernel(const KdaStepParams p) {
   static_assert(!kStream || (!kMulti && std::is_same_v<P, float>), "streaming stores: f32 decode only");
   __shared__ __align__(16) P stage[kWarps][kRows][kK];
+  // Launched as a programmatic dependent (launch_token_steps_as): the grid may become resident
+  // while the kernel before it in the stream drains, and waits here, before its first global
+  // access, until that kernel has completed and its writes are visible. It lets the kernel after
+  // it do the same as soon as all of this grid's CTAs have started.
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   const int tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.tiles));
   const int64_t nh = blockIdx.x / static_cast<unsigned>(p.tiles);
   const int h = static_cast<int>(nh % p.H);
@@ -341,8 +347,16 @@ KdaStepParams token_steps_params(const Args& a) {
 
 template <typename T, typename P, bool kMulti, bool kStream = false>
 void launch_token_steps_as(const KdaStepParams& p, Stream stream) {
-  const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
-  kda_token_steps_kernel<T, P, kMulti, kStream><<<blocks, kThreads, 0, as_cuda(stream)>>>(p);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = as_cuda(stream);
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  KESTREL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kda_token_steps_kernel<T, P, kMulti, kStream>, p));
 }
 
 // The instantiation for out dtype T: the pool's dtype, and for an f32 decode the store kind.

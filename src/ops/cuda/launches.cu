@@ -1,5 +1,6 @@
 // The launch counter (cuda_launches.h), the post-launch check, per-device settings and
 // stream-ordered scratch.
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
@@ -80,6 +81,23 @@ int64_t l2_bytes() {
   KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
   KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, dev));
   return bytes;
+}
+
+int64_t device_memory_bytes() {
+  // No device attribute holds the total, and cudaGetDeviceProperties is slow: each device's
+  // answer is kept.
+  static std::mutex mu;
+  static std::map<int, int64_t> known;
+  int dev = 0;
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = known.find(dev);
+  if (it == known.end()) {
+    cudaDeviceProp prop{};
+    KESTREL_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    it = known.emplace(dev, static_cast<int64_t>(prop.totalGlobalMem)).first;
+  }
+  return it->second;
 }
 
 }  // namespace kestrel::ops::cuda
