@@ -13,7 +13,7 @@
 //   P2  Gam = cumsum(g) per key dim (base 2 from here on: e^x below is ex2 of x / ln 2), and the
 //       block ends b_I = Gam at row 16 I + 15;
 //   P3a diagonal 16 x 16 blocks of kk and qk by a running product of e^(g_i) (factors <= 1), only
-//       when some key dim decays by more than e^40 within a block (L_II -> ld, Aqk_II ->
+//       when some key dim decays by more than e^70 within a block (L_II -> ld, Aqk_II ->
 //       the workspace); else they go to P3c;
 //   P3b factor in place: qr = q e^(Gam - b_{I-1}), kr = k e^(Gam - b_{I-1}), kc = k e^(b_I - Gam),
 //       and from the same registers store Qg = qr e^(b_{I-1}), Kg = kr e^(b_{I-1}),
@@ -29,7 +29,7 @@
 //       tensor-core block products, warp J for block (I, J));
 //   P5  store Tm = X diag(beta) (its lower 16 x 16 block triangle, as f16).
 // Every exponential is of a difference Gam_i - Gam_j with i >= j, so every factor is <= 1, except
-// the diagonal c_II, used only while it is <= e^40 (all products stay finite and normal).
+// the diagonal c_II, used only while it is <= e^70 (all operands stay finite; kDiagMaxDrop2).
 //
 // Shared memory (floats, 112,896 bytes: two CTAs per SM, with at most 128 registers per thread
 // from __launch_bounds__(256, 2); the workspace outputs leave from registers instead of being
@@ -80,51 +80,29 @@ __device__ __forceinline__ int pair_i(int p) { return p == 0 ? 1 : p < 3 ? 2 : p
 __device__ __forceinline__ int pair_j(int p) { return p == 0 ? 0 : p < 3 ? p - 1 : p < 6 ? p - 3 : p - 6; }
 
 // This kernel keeps the log-decays in base 2 (g2 = g / ln 2, Gam2 = cumsum g2), so that every
-// factor e^(Gam_i - Gam_j) is one ex2.approx of a difference: CUDA's accurate expf (8 instructions)
-// and log1pf (~25) in the gate and the factors were ~40% of the kernel's instructions (Nsight,
-// H200, T = 4096, H = 32). ex2.approx.ftz: relative error <= 2^-22 (results below 2^-126 flush to
-// 0, where expf gave a denormal: a change of <= 1.2e-38 |k| in a product); lg2.approx.ftz:
-// absolute error <= 2^-22 near 1. The workspace holds values only (Qg, Kg, Kd, Tm, Aqk, decay),
-// never Gam, so the base is this kernel's business.
-inline constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float lg2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// factor e^(Gam_i - Gam_j) is one ex2 of a difference: CUDA's accurate expf (8 instructions) and
+// log1pf (~25) in the gate and the factors were ~40% of the kernel's instructions (Nsight, H200,
+// T = 4096, H = 32). The MUFU forms and the base-2 gate are in kda_common.cuh (the token kernels
+// use them too). The workspace holds values only (Qg, Kg, Kd, Tm, Aqk, decay), never Gam, so the
+// base is this kernel's business.
+using kda::ex2;
+using kda::gate_log2_lb;
+using kda::gate_log2_softplus;
+using kda::kLog2e;
+using kda::lg2;
 
-// The gate of docs/ops/kda.md in base 2, g / ln 2 (kda::gate is the same value in base e, with
-// CUDA's accurate expf / log1pf: the decode kernels are bound by memory, not by this). softplus(a)
-// / ln 2 = log2(1 + e^a), e^a = 2^(a log2e): below e^a = 1/16 the series e (1 - e/2 + e^2/3 -
-// e^3/4) log2e (relative error < e^4 / 5 < 2e-7: cancellation in 1 + e would cost lg2 its
-// relative accuracy there), else lg2(1 + e^a) (>= log2(17/16) = 0.087 with absolute error ~2^-22:
-// relative <= 3e-6), and a / ln 2 above 20 (the reference's threshold). Lower bound LB: LB log2e
-// sigmoid(x) = LB log2e / (1 + 2^(-x log2e)). Against kda::gate, |g2 ln2 - g| <= ~3e-6 |g|,
-// which the 4e-3 allowance on outputs and states absorbs many times over (docs/ops/kda.md); NaN
-// propagates (every comparison fails, lg2(NaN) = NaN), a = -inf gives -0 as the reference's 0.
-// Every branch's value is formed and one selected (no branch: written as nested conditionals,
-// the three cases cost three divergence regions per element, 1/5 of P1's instructions).
-__device__ __forceinline__ float gate_log2_softplus(float a, float exp_a_log) {
-  const float e = ex2(a * kLog2e);
-  const float series = kLog2e * e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
-  const float log_1pe = lg2(1.0f + e);
-  const float small_or_mid = e < 0.0625f ? series : log_1pe;
-  return -exp_a_log * (a > 20.0f ? a * kLog2e : small_or_mid);
-}
-__device__ __forceinline__ float gate_log2_lb(float a, float exp_a_log, float lb) {
-  return __fdividef(lb * kLog2e, 1.0f + ex2(-exp_a_log * a * kLog2e));
-}
-
-// Diagonal blocks on tensor cores when every key dim decays by at most e^40 across every 16-row
-// block (kDiagMaxDrop2 in base 2): their factors e^(b_{I-1} - b_I) then stay below e^40 ~ 2.4e17,
-// so kr c kc products (true value <= |k_i k_j|) are formed from finite f32 / tf32 operands far
-// inside the range (kr >= e^-40 |k|, no denormals); a stronger decay takes the running product (P3a).
-inline constexpr float kDiagMaxDrop2 = 40.0f * kLog2e;
+// Diagonal blocks on tensor cores when every key dim decays by at most e^70 across every 16-row
+// block (kDiagMaxDrop2 in base 2); a stronger decay takes the running product (P3a). The bound is
+// set by the operands, not by the products: on block I the A operand is kr_i c_II = k_i
+// e^(Gam_i - b_I) <= e^70 |k_i| ~ 2.5e30 |k_i| (finite), the B operand kc_j = k_j e^(b_I - Gam_j)
+// >= e^-70 |k_j|, and each product the tensor core forms is the true term k_i k_j e^(Gam_i -
+// Gam_j), <= |k_i k_j|, whatever the factors. The only loss is an operand below f32's normal range
+// (ex2.ftz and the tf32 operands flush it): kc_j flushes only if |k_j| < 1.2e-38 e^70 = 3e-8, so a
+// lost term is below 3e-8 |k_i| (against the 4e-3 allowance), and kr_i c_II is formed as kr_i times
+// c_II, both normal (kr_i >= e^-70 |k_i|). Until the seventeenth session the bound was e^40 (operands
+// within 2.4e17): the bench's generators then sent ~40% of the (chunk, head) CTAs down P3a, ~1% at
+// e^70, and the op ran 1.046x faster at T = 4k .. 64k (docs/perf.md, seventeenth session).
+inline constexpr float kDiagMaxDrop2 = 70.0f * kLog2e;
 
 __device__ __forceinline__ float4 mul4(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
 __device__ __forceinline__ float4 ex2_4(float4 a) { return make_float4(ex2(a.x), ex2(a.y), ex2(a.z), ex2(a.w)); }
@@ -402,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
   }
   __syncthreads();
   // ---- P2: Gam = cumsum(g) over the chunk, per key dim (base 2, as g); b_I; whether every
-  // block's decay is within e^40 (g <= 0, so Gam only falls: a block's largest drop is
+  // block's decay is within e^70 (g <= 0, so Gam only falls: a block's largest drop is
   // b_{I-1} - b_I).
   bool steep = false;
   if (tid < kK) {
@@ -460,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, 2) kda_chunk_prefill_intra_kernel(co
     const int r = x / kK, d = x % kK;
     if (r < 6) {
       s.cf[r][d] = ex2(s.bend[pair_i(r) - 1][d] - s.bend[pair_j(r)][d]);
-    } else {  // diagonal pairs: e^(b_{I-1} - b_I) >= 1, <= e^40 where used
+    } else {  // diagonal pairs: e^(b_{I-1} - b_I) >= 1, <= e^70 where used
       const int I = r - 6;
       s.cf[r][d] = ex2(fminf((I > 0 ? s.bend[I - 1][d] : 0.0f) - s.bend[I][d], kDiagMaxDrop2));
     }

@@ -57,4 +57,39 @@ __device__ __forceinline__ float gate(float a, float exp_a_log, bool has_lb, flo
   return lb * sigmoid(exp_a_log * a);
 }
 
+// The MUFU forms (one SFU instruction each): ex2.approx.ftz, relative error <= 2^-22 (results
+// below 2^-126 flush to 0, where expf gave a denormal); lg2.approx.ftz, absolute error <= 2^-22
+// near 1. CUDA's accurate expf is ~8 instructions and log1pf ~25.
+inline constexpr float kLog2e = 1.4426950408889634f;
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The gate above in base 2, g / ln 2, from the MUFU forms. softplus(a) / ln 2 = log2(1 + e^a),
+// e^a = 2^(a log2e): below e^a = 1/16 the series e (1 - e/2 + e^2/3 - e^3/4) log2e (relative
+// error < e^4 / 5 < 2e-7: cancellation in 1 + e would cost lg2 its relative accuracy there), else
+// lg2(1 + e^a) (>= log2(17/16) = 0.087 with absolute error ~2^-22: relative <= 3e-6), and
+// a / ln 2 above 20 (the reference's threshold). Lower bound LB: LB log2e sigmoid(x) = LB log2e /
+// (1 + 2^(-x log2e)). Against gate(), |g2 ln2 - g| <= ~3e-6 |g|; NaN propagates (every comparison
+// fails, lg2(NaN) = NaN), a = -inf gives -0 as the reference's 0. Every branch's value is formed
+// and one selected (as nested conditionals, the three cases cost three divergence regions per
+// element: 1/5 of the prefill intra kernel's P1 instructions).
+__device__ __forceinline__ float gate_log2_softplus(float a, float exp_a_log) {
+  const float e = ex2(a * kLog2e);
+  const float series = kLog2e * e * fmaf(e, fmaf(e, fmaf(e, -0.25f, 1.0f / 3.0f), -0.5f), 1.0f);
+  const float log_1pe = lg2(1.0f + e);
+  const float small_or_mid = e < 0.0625f ? series : log_1pe;
+  return -exp_a_log * (a > 20.0f ? a * kLog2e : small_or_mid);
+}
+__device__ __forceinline__ float gate_log2_lb(float a, float exp_a_log, float lb) {
+  return __fdividef(lb * kLog2e, 1.0f + ex2(-exp_a_log * a * kLog2e));
+}
+
 }  // namespace kestrel::ops::cuda::kda
