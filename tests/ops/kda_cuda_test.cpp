@@ -191,10 +191,13 @@ TEST_P(Kda, Bf16PoolDecodeIsF32DecodeRounded) {
 // One chunk-prefill call on a fixed varlen batch (an empty live sequence, a padding one (slot 0,
 // 130 tokens), partial chunks, checkpoints): out, pool and checkpoints as bytes. max_ws: the
 // workspace bound (0: the default); windows: the chunk windows it makes on CUDA (9 chunk slots).
+// pool_dt: the state pool's and checkpoints' dtype; bf16_states: the initial states rounded to
+// bf16 values (so that an f32 pool and a bf16 one start from the same states).
 struct ChunkPrefillBytes {
   std::vector<uint8_t> buf[3];
 };
-ChunkPrefillBytes run_chunk_prefill(Backend b, std::optional<float> lb, int64_t max_ws, int64_t windows) {
+ChunkPrefillBytes run_chunk_prefill(Backend b, std::optional<float> lb, int64_t max_ws, int64_t windows,
+                                    DType pool_dt = DType::f32, bool bf16_states = false) {
   const int64_t H = 2, K = 128, V = 128, slots = 7, cols = 2 * H * K + H * V;
   const std::vector<int32_t> cu = {0, 1, 71, 71, 201, 265}, slot = {2, 5, 3, 0, 6}, init = {1, 0, 1, 1, 1};
   const std::vector<int64_t> cuk = {0, 0, 1, 1, 3, 4};  // floor(len / 64) rows per live sequence
@@ -208,8 +211,15 @@ ChunkPrefillBytes run_chunk_prefill(Backend b, std::optional<float> lb, int64_t 
          dtt = upload(dt, {H * K}, DType::f32, dv), cut = upload(cu, {N + 1}, DType::i32, dv),
          sl = upload(slot, {N}, DType::i32, dv), in = upload(init, {N}, DType::i32, dv),
          ckt = upload(cuk, {N + 1}, DType::i64, dv);
-  Tensor pt = upload(pool, {slots, H, V, K}, DType::f32, dv);
-  Tensor out = Tensor::empty({T, H, V}, DType::f32, dv), ck = Tensor::empty({P, H, V, K}, DType::f32, dv);
+  std::vector<uint16_t> pool16(pool.size());
+  std::vector<float> pool32(pool.size());
+  for (size_t i = 0; i < pool.size(); ++i) {
+    pool16[i] = f32_to_bf16(pool[i]);
+    pool32[i] = bf16_states ? bf16_to_f32(pool16[i]) : pool[i];
+  }
+  Tensor pt = pool_dt == DType::bf16 ? upload(pool16, {slots, H, V, K}, DType::bf16, dv)
+                                     : upload(pool32, {slots, H, V, K}, DType::f32, dv);
+  Tensor out = Tensor::empty({T, H, V}, DType::f32, dv), ck = Tensor::empty({P, H, V, K}, pool_dt, dv);
   memcpy_bytes(ck.data(), dv, std::vector<uint8_t>(static_cast<size_t>(ck.bytes()), 0).data(), Device::cpu,
                static_cast<size_t>(ck.bytes()));
   ops::KdaChunkPrefillArgs a;
@@ -239,6 +249,39 @@ TEST_P(Kda, ChunkPrefillRunTwiceIsBitIdentical) {
   for (const std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
     const ChunkPrefillBytes first = run_chunk_prefill(GetParam(), lb, 0, 1), second = run_chunk_prefill(GetParam(), lb, 0, 1);
     for (int b = 0; b < 3; ++b) EXPECT_EQ(second.buf[b], first.buf[b]) << (lb ? "lb" : "softplus") << " buffer " << b;
+  }
+}
+
+// f32 bytes rounded to bf16 (nearest even), as bytes.
+std::vector<uint8_t> rounded_to_bf16(const std::vector<uint8_t>& f32_bytes) {
+  std::vector<uint8_t> r(f32_bytes.size() / 2);
+  for (size_t i = 0; i < f32_bytes.size() / 4; ++i) {
+    float x;
+    std::memcpy(&x, f32_bytes.data() + 4 * i, 4);
+    const uint16_t h = f32_to_bf16(x);
+    std::memcpy(r.data() + 2 * i, &h, 2);
+  }
+  return r;
+}
+
+TEST_P(Kda, Bf16PoolPrefillIsF32PrefillRounded) {
+  // docs/ops/kda.md "State dtype": the chunked form keeps the state f32 at chunk boundaries and
+  // rounds only what it stores, so a bf16 pool's final states and checkpoints are the f32 pool's
+  // (from the same initial states) rounded to nearest even, and the outputs are equal, whatever
+  // the windows: on CUDA the f32 state crosses a window boundary through an f32 carry, never
+  // through the bf16 slot. Untouched slots stay as they were (their rounding is the identity).
+  const int64_t per_slot = 2 * ops::kKdaChunkWorkspaceBytesPerSlotHead;  // H = 2 heads
+  for (const std::optional<float> lb : {std::optional<float>{}, std::optional<float>{-5.0f}}) {
+    const ChunkPrefillBytes f = run_chunk_prefill(GetParam(), lb, 0, 1, DType::f32, true);
+    const std::vector<uint8_t> pool = rounded_to_bf16(f.buf[1]), ck = rounded_to_bf16(f.buf[2]);
+    for (const int64_t w : {0, 1, 4}) {
+      const ChunkPrefillBytes h =
+          run_chunk_prefill(GetParam(), lb, w * per_slot, w == 0 ? 1 : (9 + w - 1) / w, DType::bf16, true);
+      const std::string what = str(lb ? "lb" : "softplus", ", windows of ", w == 0 ? 9 : w, " chunk slots");
+      EXPECT_EQ(h.buf[0], f.buf[0]) << "outputs, " << what;
+      EXPECT_EQ(h.buf[1], pool) << "final states, " << what;
+      EXPECT_EQ(h.buf[2], ck) << "checkpoints, " << what;
+    }
   }
 }
 

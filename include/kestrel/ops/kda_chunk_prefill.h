@@ -12,8 +12,8 @@ namespace kestrel::ops {
 
 struct KdaChunkPrefillArgs {
   TensorView out;                // [T, H, V] bf16 | f32, any strides (T = all tokens of the batch)
-  TensorView state_pool;         // [slots, H, V, K] f32, each slot contiguous; final states written
-  TensorView checkpoints;        // optional [P, H, V, K] f32, each row contiguous: the state after
+  TensorView state_pool;         // [slots, H, V, K] f32 | bf16, each slot contiguous; final states written
+  TensorView checkpoints;        // optional [P, H, V, K] dtype of state_pool, each row contiguous: the state after
                                  //   token 64c - 1 of sequence n goes to row cu_checkpoints[n] + c - 1
   TensorView mixed_qkv;          // [T, >= 2HK+HV] dtype of out, channel stride 1
   TensorView raw_g;              // [T, H, K] bf16 | f32, any strides

@@ -42,7 +42,9 @@
 // fit, each window launching both kernels on its chunks only (Params::slot_lo .. slot_hi); the
 // state kernel starts a sequence's later windows from its slot, which holds the f32 state after
 // the window before (exactly: the kernel keeps it in f32 registers), so the results do not
-// depend on the window.
+// depend on the window. A bf16 pool (read widened, stored rounded: final states and checkpoints)
+// cannot hold that f32 state: its calls carry it in an f32 [N, H, V, K] scratch buffer instead,
+// allocated only when there is more than one window.
 //
 // Precision: v1's algorithm (every exponential of a difference Gam_i - Gam_j with i >= j, per
 // 16-row block reference points, so every factor is <= 1 however strong the decay); kernel 1
@@ -100,6 +102,12 @@ void launch(Params p, int64_t max_workspace_bytes, cudaStream_t stream) {
   const int64_t fit = max_workspace_bytes / per_slot;
   const int64_t window = std::max<int64_t>(1, std::min<int64_t>(std::max<int64_t>(p.chunk_slots, 1), fit));
   p.ws = static_cast<unsigned char*>(scratch_alloc(static_cast<size_t>(window * per_slot), stream));
+  // A bf16 pool cannot carry the f32 state between windows in its slots (the state kernel says
+  // why): an f32 carry of every sequence's state, only when there is more than one window.
+  const bool windows = p.chunk_slots > window;
+  p.carry = p.pool_bf16 && windows ? static_cast<float*>(scratch_alloc(
+                                         static_cast<size_t>(p.N) * p.H * p.V * kK * sizeof(float), stream))
+                                   : nullptr;
   const unsigned blocks = static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles);
   const bool roles = kda_chunk_prefill_state_roles(blocks, num_sms());
   for (int64_t lo = 0; lo == 0 || lo < p.chunk_slots; lo += window) {
@@ -119,6 +127,7 @@ void launch(Params p, int64_t max_workspace_bytes, cudaStream_t stream) {
     }
   }
   scratch_free(p.ws, stream);
+  if (p.carry != nullptr) scratch_free(p.carry, stream);
 }
 
 // The intra kernel's vector loads of a lane's 4 key dims: q and k at channel h K + 4 lane of a
@@ -139,8 +148,10 @@ int64_t workspace_bound(const KdaChunkPrefillArgs& a) {
   return a.max_workspace_bytes > 0 ? a.max_workspace_bytes : kda_chunk_prefill_default_workspace_bytes(device_memory_bytes());
 }
 
+// Slots (or checkpoint rows) aligned to 4 elements: base address and stride (16 bytes for f32).
 bool slots_aligned(const TensorView& pool) {
-  return reinterpret_cast<uintptr_t>(pool.data) % 16 == 0 && (pool.size(0) <= 1 || pool.stride(0) % 4 == 0);
+  return reinterpret_cast<uintptr_t>(pool.data) % (4 * dtype_size(pool.dtype)) == 0 &&
+         (pool.size(0) <= 1 || pool.stride(0) % 4 == 0);
 }
 
 }  // namespace kda_chunk
@@ -150,13 +161,12 @@ Support kda_chunk_prefill_supports(const KdaChunkPrefillArgs& a) {
   const int64_t K = a.raw_g.size(2), V = a.out.size(2), H = a.raw_g.size(1), N = a.state_indices.size(0);
   if (K != kK) return Support::no(str("K = ", kK, " only (a state row is one float4 per lane); got K = ", K));
   if (V % kTileV != 0) return Support::no(str("V a multiple of ", kTileV, " (the value tile of a CTA); got V = ", V));
-  if (a.state_pool.dtype != DType::f32)
-    return Support::no(str("state_pool: f32 only in this kernel (got ", dtype_name(a.state_pool.dtype),
-                           "; bf16 pools: kda_packed_decode, kda_recurrent, and the CPU reference)"));
+  if (a.state_pool.dtype != DType::f32 && a.state_pool.dtype != DType::bf16)
+    return Support::no(str("state_pool: f32 or bf16 (got ", dtype_name(a.state_pool.dtype), ")"));
   if (!slots_aligned(a.state_pool))
-    return Support::no("state_pool: slots 16-byte aligned (base address and slot stride a multiple of 4 floats)");
+    return Support::no("state_pool: slots aligned to 4 elements (base address and slot stride)");
   if (a.checkpoints.defined() && !slots_aligned(a.checkpoints))
-    return Support::no("checkpoints: rows 16-byte aligned (base address and row stride a multiple of 4 floats)");
+    return Support::no("checkpoints: rows aligned to 4 elements (base address and row stride)");
   if (H > INT32_MAX || V > INT32_MAX || N > INT32_MAX) return Support::no("N, H and V must fit in int32");
   if (N * H * (V / kTileV) > INT32_MAX) return Support::no(str("N * H * V / ", kTileV, " must fit in int32 (grid size)"));
   if (H > 65535) return Support::no(str("H <= 65535 (grid.y of the intra-chunk kernel); got H = ", H));
@@ -169,8 +179,9 @@ void kda_chunk_prefill(const KdaChunkPrefillArgs& a, Stream stream) {
   using namespace kda_chunk;
   Params p{};
   p.out = a.out.data;
-  p.pool = static_cast<float*>(a.state_pool.data);
-  p.ckpt = a.checkpoints.defined() ? static_cast<float*>(a.checkpoints.data) : nullptr;
+  p.pool = a.state_pool.data;
+  p.ckpt = a.checkpoints.defined() ? a.checkpoints.data : nullptr;
+  p.pool_bf16 = a.state_pool.dtype == DType::bf16;
   p.qkv = a.mixed_qkv.data;
   p.raw_g = a.raw_g.data;
   p.raw_beta = a.raw_beta.data;

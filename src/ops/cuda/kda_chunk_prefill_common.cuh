@@ -66,8 +66,10 @@ static_assert(ws_group_offset(1) == offsetof(WsImage, tm) && ws_group_offset(2) 
 
 struct Params {
   void* out;                 // [T, H, V] bf16 | f32 (dtype of qkv), any strides
-  float* pool;               // [slots, H, V, K] f32, slots 16-byte aligned
-  float* ckpt;               // [P, H, V, K] f32 or nullptr
+  void* pool;                // [slots, H, V, K] f32 | bf16 (pool_bf16), slots aligned to 4 elements
+  void* ckpt;                // [P, H, V, K] dtype of pool, or nullptr
+  float* carry;              // bf16 pools over several windows: [N, H, V, K] f32, the state between
+                             // them (an f32 pool carries it in the slot itself); else nullptr
   unsigned char* ws;         // [chunk slots, H, kWsBytes] (the layout above)
   const void* qkv;           // [T, >= 2HK + HV], channel stride 1
   const void* raw_g;         // [T, H, K] bf16 | f32
@@ -84,6 +86,7 @@ struct Params {
   int64_t slot_lo, slot_hi;  // this launch's window of chunk slots; ws holds slots slot_lo .. slot_hi - 1
   int N, H, V, tiles;
   bool g_bf16, beta_bf16, cu64, slot64, init64, cuk64, has_lb;
+  bool pool_bf16;            // the state pool and the checkpoints are bf16
   bool vec_rows;             // q, k rows and raw_g rows: 4 elements per lane as one aligned vector load
   float lb;
 };

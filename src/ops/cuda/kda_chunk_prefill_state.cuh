@@ -24,7 +24,8 @@
 // registers, in P7-state's C-fragment map (warp w, key dims 16 w ..: 16 values per thread),
 // across the whole sequence; after each update its owner writes the f16 copy that P5 reads from
 // shared memory. The final state and the checkpoints are stored from the f32
-// registers (exact). That is the uniform layout (state_uniform).
+// registers (exact; a bf16 pool's rounded to nearest even: StateIo). That is the uniform layout
+// (state_uniform).
 // The roles layout (state_roles; kRoles, chosen by the host rule kda_chunk_prefill_state_roles
 // when the grid has at most one CTA per SM): row warps 0-3 take row block rb = warp and all 32
 // columns in P5 (each S fragment read once for both Qg S and Kg S) and P7-out; state warps 4-7
@@ -225,13 +226,46 @@ __device__ __forceinline__ void p7_out_products(StateSmem& s, int rb, int c0, in
   });
 }
 
+// Where a CTA's state comes from and goes to: the head's block of a pool slot or of the f32
+// carry (StateIo: base, dtype), element (d, v) at (v0 + v) K + d. A null `from` is the zero state.
+struct StateIo {
+  void* base;
+  bool bf16;
+  __device__ __forceinline__ float load(int64_t i) const {
+    return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]) : static_cast<const float*>(base)[i];
+  }
+  // bf16: rounded to nearest even, as the reference (docs/ops/kda.md "State dtype"). The dtype
+  // as a template argument (with_dtype), so that a loop of stores has no branch in it.
+  template <bool kBf16>
+  __device__ __forceinline__ void store(int64_t i, float x) const {
+    if constexpr (kBf16) {
+      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(x);
+    } else {
+      static_cast<float*>(base)[i] = x;
+    }
+  }
+  // f(std::integral_constant<bool, bf16>{}): the stores of a whole fragment under one branch.
+  template <typename F>
+  __device__ __forceinline__ void with_dtype(F&& f) const {
+    if (bf16) {
+      f(std::true_type{});
+    } else {
+      f(std::false_type{});
+    }
+  }
+};
+
 // The work of one state CTA, as the kernel resolved it (sequence, head, value tile, window).
 struct StateTask {
   int tid, warp, lane, v0, h;
   int64_t bos, len, beg, end, ws0, c_begin, out_h, head, ck0;
-  bool read_state;
-  float* slot_head;
+  StateIo from, to;  // the initial state (from.base null: zeros) and where the last one goes
 };
+
+// Checkpoint row `row`, head offset `head` (elements): the dtype of the pool.
+__device__ __forceinline__ StateIo checkpoint_at(const Params& p, int64_t row, int64_t head) {
+  return {static_cast<unsigned char*>(p.ckpt) + (row * p.ckpt_s0 + head) * (p.pool_bf16 ? 2 : 4), p.pool_bf16};
+}
 
 // Uniform warps: every warp does a share of every product (the map in the note above).
 template <typename T>
@@ -239,9 +273,8 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
   const int tid = k.tid, warp = k.warp, lane = k.lane, v0 = k.v0, h = k.h;
   const int64_t bos = k.bos, len = k.len, beg = k.beg, end = k.end, ws0 = k.ws0, c_begin = k.c_begin;
   const int64_t out_h = k.out_h, head = k.head, ck0 = k.ck0;
-  const bool read_state = k.read_state;
+  const StateIo from = k.from, to = k.to;
   T* out = static_cast<T*>(p.out);
-  float* slot_head = k.slot_head;
   // Fragment coordinates (mma_bf16.cuh): g = lane / 4, t = lane % 4; C element c of tile nt is
   // row g + 8 (c / 2), column 8 nt + 2 t + c % 2 of the tile's 16 x 8 block.
   const int g = lane / 4, t = lane % 4;
@@ -262,7 +295,7 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
   for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
     for (int c = 0; c < 4; ++c)
-      st[nt][c] = read_state ? slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c)] : 0.0f;
+      st[nt][c] = from.base != nullptr ? from.load(static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c)) : 0.0f;
   publish_state();
   if (tid == 0) {
     for (int g = 0; g < 3; ++g) sm90::mbar_init(smem_u32(&s.bar[g]), 1);
@@ -337,19 +370,25 @@ __device__ __forceinline__ void state_uniform(const Params& p, StateSmem& s, con
       }
       publish_state();
       if (p.ckpt != nullptr && C == kC) {
-        float* ck = p.ckpt + (ck0 + c0 / kC) * p.ckpt_s0 + head;
+        const StateIo ck = checkpoint_at(p, ck0 + c0 / kC, head);
+        ck.with_dtype([&](auto bf16) {
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+          for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) ck[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c)] = st[nt][c];
+            for (int c = 0; c < 4; ++c)
+              ck.store<bf16.value>(static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c), st[nt][c]);
+        });
       }
     }
   }
   // The final state from the registers (an empty sequence stores its initial state, or zeros).
+  to.with_dtype([&](auto bf16) {
 #pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c)] = st[nt][c];
+      for (int c = 0; c < 4; ++c)
+        to.store<bf16.value>(static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(c), st[nt][c]);
+  });
 }
 
 // Warps in two roles (kRoles; the note above): row warps 0-3 (P5, P7-out), state warps 4-7
@@ -359,9 +398,8 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
   const int tid = k.tid, warp = k.warp, lane = k.lane, v0 = k.v0, h = k.h;
   const int64_t bos = k.bos, len = k.len, beg = k.beg, end = k.end, ws0 = k.ws0, c_begin = k.c_begin;
   const int64_t out_h = k.out_h, head = k.head, ck0 = k.ck0;
-  const bool read_state = k.read_state;
+  const StateIo from = k.from, to = k.to;
   T* out = static_cast<T*>(p.out);
-  float* slot_head = k.slot_head;
   // Fragment coordinates (mma_bf16.cuh): g = lane / 4, t = lane % 4; C element c of tile nt is
   // row g + 8 (c / 2), column 8 nt + 2 t + c % 2 of the tile's 16 x 8 block.
   const int g = lane / 4, t = lane % 4;
@@ -449,7 +487,7 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
     for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
       for (int c = 0; c < 4; ++c)
-        st[mt][nt][c] = read_state ? slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c)] : 0.0f;
+        st[mt][nt][c] = from.base != nullptr ? from.load(static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c)) : 0.0f;
   publish_state();
   cta_sync_any_position();  // the mbarriers initialised, the first f16 state published
   uint32_t phase = 0;
@@ -481,22 +519,28 @@ __device__ __forceinline__ void state_roles(const Params& p, StateSmem& s, const
     }
     publish_state();
     if (p.ckpt != nullptr && C == kC) {
-      float* ck = p.ckpt + (ck0 + c0 / kC) * p.ckpt_s0 + head;
+      const StateIo ck = checkpoint_at(p, ck0 + c0 / kC, head);
+      ck.with_dtype([&](auto bf16) {
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+          for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) ck[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c)] = st[mt][nt][c];
+            for (int c = 0; c < 4; ++c)
+              ck.store<bf16.value>(static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c), st[mt][nt][c]);
+      });
     }
   }
   // The final state (an empty sequence stores its initial state, or zeros).
+  to.with_dtype([&](auto bf16) {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+      for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) slot_head[static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c)] = st[mt][nt][c];
+        for (int c = 0; c < 4; ++c)
+          to.store<bf16.value>(static_cast<int64_t>(v0 + st_v(nt, c)) * kK + st_d(mt, c), st[mt][nt][c]);
+  });
 }
 
 template <typename T, bool kRoles>
@@ -527,14 +571,22 @@ __global__ void __launch_bounds__(kThreads, 1) kda_chunk_prefill_state_kernel(co
       out[(bos + beg + x / kTileV) * p.out_s0 + out_h + (v0 + x % kTileV) * p.out_s2] = from_f32<T>(0.0f);
     return;
   }
-  // The first window of a sequence starts from its initial state (or zeros); a later one from
-  // the slot, where the window before left the f32 state after chunk c_begin - 1.
-  const bool read_state =
-      c_begin > 0 || p.has_init == nullptr || load_index(p.has_init, p.init64, n * p.init_s0) != 0;
+  // The first window of a sequence starts from its initial state in the slot (or zeros), and the
+  // last stores its final state there (bf16 pools: rounded once, from the f32 registers). Between
+  // windows the f32 state after chunk c_end - 1 waits where the next window reads it: in the slot
+  // of an f32 pool (exactly), in the f32 carry for a bf16 pool (rounding it there would change
+  // the result with the window bound), so the results do not depend on the windows.
   const int64_t head = static_cast<int64_t>(h) * p.V * kK;  // the head's offset inside a slot
-  float* slot_head = p.pool + slot * p.pool_s0 + head;
+  const int64_t esize = p.pool_bf16 ? 2 : 4;
+  const StateIo slot_io{static_cast<unsigned char*>(p.pool) + (slot * p.pool_s0 + head) * esize, p.pool_bf16};
+  const StateIo between =
+      p.carry != nullptr ? StateIo{p.carry + (n * p.H + h) * static_cast<int64_t>(p.V) * kK, false} : slot_io;
+  const bool init =
+      c_begin > 0 || p.has_init == nullptr || load_index(p.has_init, p.init64, n * p.init_s0) != 0;
+  const StateIo from = c_begin > 0 ? between : init ? slot_io : StateIo{nullptr, false};
+  const StateIo to = len > 0 && c_end < nchunks ? between : slot_io;  // an empty sequence: its slot
   const int64_t ck0 = p.ckpt != nullptr ? load_index(p.cu_ckpt, p.cuk64, n * p.cuk_s0) : 0;
-  const StateTask task{tid, warp, lane, v0, h, bos, len, beg, end, ws0, c_begin, out_h, head, ck0, read_state, slot_head};
+  const StateTask task{tid, warp, lane, v0, h, bos, len, beg, end, ws0, c_begin, out_h, head, ck0, from, to};
   if constexpr (kRoles) {
     state_roles<T>(p, s, task);
   } else {
