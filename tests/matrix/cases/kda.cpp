@@ -280,6 +280,18 @@ void add_token_step_cases(Registry& r, Size size, bool recurrent) {
 // Buffers: 0 out, 1 state_pool, 2 checkpoints, 3..7 token inputs, 8 cu_seqlens,
 // 9 slot table [N, 2] (column 0 used), 10 has_initial_state, 11 cu_checkpoints.
 
+// The decay a prefill case's gate inputs give every full 16-row block of every key dim, against
+// the CUDA intra kernel's bound for tensor-core diagonal blocks (e^70, kDiagMaxDrop2):
+// - any: the token generators (raw_g in [-4, 2], A_log and dt_bias in [-1, 1]), mostly below;
+// - steep: every block falls by more than e^70, so the running-product path (P3a) takes those
+//   chunks: raw_g in [2, 6], A_log in [1.5, 2.5]; softplus gate <= -5.9 per token (16 rows:
+//   <= -94), lower bound -5: <= -4.94 (<= -79);
+// - mid: every block falls by e^40 .. e^70, the tensor-core path with its largest factors (what
+//   the bound admits beyond e^40, the bound before the seventeenth session): A_log in +-0.01,
+//   dt_bias in +-0.05; softplus: raw_g in [2.6, 3.2], -g in [2.60, 3.32] per token (16 rows:
+//   41.6 .. 53.1); lower bound -5: raw_g in [0.3, 1.6], -g in [2.81, 4.21] (44.9 .. 67.3).
+enum class Decay { any, steep, mid };
+
 void add_chunk_prefill_cases(Registry& r, Size size) {
   // grid: crossed with token dtype x gate x layout; else one case (bf16 tokens, lower bound,
   // contiguous). pool: the state pool's (and checkpoints') dtype; pad: padding sequences present;
@@ -293,11 +305,7 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
     DType pool = DType::f32;
     bool pad = true;
     int64_t win = 0;
-    // Decays so strong that every full 16-row block of every key dim falls by more than e^70
-    // (the CUDA intra kernel's limit for tensor-core diagonal blocks, kDiagMaxDrop2): its
-    // running-product path (P3a) takes those chunks. raw_g in [2, 6] and A_log in [1.5, 2.5]:
-    // softplus gate <= -5.9 per token (16 rows: <= -94), lower bound -5: <= -4.94 (<= -79).
-    bool steep = false;
+    Decay decay = Decay::any;
   };
   const std::vector<Shape> shapes = {
       {{1, 70, 0, 130}, 2, Size::ci},
@@ -317,10 +325,12 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
       {{1, 70, 0, 130}, 2, Size::ci, false, DType::f32, true, 1},
       {{1000, 63, 64, 65, 1, 200}, 4, Size::full, false, DType::bf16, true, 3},
       {{4096}, 2, Size::full, false, DType::f32, false, 7},
-      {{200, 64, 1}, 2, Size::ci, true, DType::f32, true, 0, true},
-      {{1000, 63, 64, 65, 1, 200}, 4, Size::full, false, DType::f32, true, 0, true},
+      {{200, 64, 1}, 2, Size::ci, true, DType::f32, true, 0, Decay::steep},
+      {{1000, 63, 64, 65, 1, 200}, 4, Size::full, false, DType::f32, true, 0, Decay::steep},
+      {{200, 64, 1}, 2, Size::ci, true, DType::f32, true, 0, Decay::mid},
+      {{1000, 63, 64, 65, 1, 200}, 4, Size::full, false, DType::f32, true, 0, Decay::mid},
   };
-  for (const auto& [lens, H, sz, grid, pool_dt, pad, win, steep] : shapes) {
+  for (const auto& [lens, H, sz, grid, pool_dt, pad, win, decay] : shapes) {
     if (sz == Size::full && size != Size::full) continue;
     const int64_t N = static_cast<int64_t>(lens.size());
     std::vector<int64_t> cu(N + 1, 0), cuk(N + 1, 0);
@@ -341,7 +351,8 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
           c.op = "kda_chunk_prefill";
           c.id = str("kda_chunk_prefill/L", lens_id, "-H", H, "-", dtype_name(dt), "-", gate_name(lb), "-",
                      layout_name(lay), bf16_pool ? "-bf16pool" : "", pad ? "" : "-nopad",
-                     win > 0 ? str("-win", win) : std::string(), steep ? "-steep" : "");
+                     win > 0 ? str("-win", win) : std::string(),
+                     decay == Decay::steep ? "-steep" : decay == Decay::mid ? "-middecay" : "");
           c.size = sz;
           // Live sequences and their slots, from the slot table (column 0).
           auto live_of = [=](const HostBuffers& in, std::vector<bool>& live_rows, std::set<int64_t>& touched,
@@ -387,8 +398,14 @@ void add_chunk_prefill_cases(Registry& r, Size size) {
                                })});
           add_token_buffers(c, T, H, dt, lay, lay == Layout::padded ? Layout::transposed : Layout::contiguous);
           for (BufferSpec& b : c.buffers) {
-            if (steep && b.name == "raw_g") b.gen = Gen::uniform(2, 6);
-            if (steep && b.name == "A_log") b.gen = Gen::uniform(1.5, 2.5);
+            if (decay == Decay::steep) {
+              if (b.name == "raw_g") b.gen = Gen::uniform(2, 6);
+              if (b.name == "A_log") b.gen = Gen::uniform(1.5, 2.5);
+            } else if (decay == Decay::mid) {
+              if (b.name == "raw_g") b.gen = lb ? Gen::uniform(0.3, 1.6) : Gen::uniform(2.6, 3.2);
+              if (b.name == "A_log") b.gen = Gen::uniform(-0.01, 0.01);
+              if (b.name == "dt_bias") b.gen = Gen::uniform(-0.05, 0.05);
+            }
           }
           c.buffers.push_back({"cu_seqlens", DType::i32, {N + 1}, Role::input, lay, fixed_gen(cu)});
           c.buffers.push_back({"slot_table", DType::i32, {N, 2}, Role::input, lay, slot_table_gen(N, 2, slots, pad)});
