@@ -23,51 +23,12 @@
 #include <vector>
 
 #include "../../src/ops/cuda/mla_attention_sm90_layout.h"
+#include "testing/sm90_hw_model.h"
 
 namespace {
 
 namespace sm = kestrel::ops::cuda::sm90;
-
-// ---- hardware model (from the PTX ISA text, independent of the kernel's header) -------------
-enum class Major { k, mn };
-
-struct Desc {
-  uint32_t start, lbo, sbo, base_offset, swizzle;
-};
-Desc decode(uint64_t d) {
-  return Desc{static_cast<uint32_t>(d & 0x3FFF) << 4, static_cast<uint32_t>((d >> 16) & 0x3FFF) << 4,
-              static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4, static_cast<uint32_t>((d >> 49) & 7),
-              static_cast<uint32_t>(d >> 62)};
-}
-
-// Byte address of bf16 operand element (mn, k), k in [0, 16), of a wgmma .k16 operand with a
-// 128-byte swizzle (the only mode the kernel uses; anything else is reported as a failure).
-//   K-major : ((8,m),(T,2k)) : ((8T,SBO),(1,T))
-//   MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO))
-// offsets in elements (strides SBO, LBO given in bytes, so / 2), T = 8; then Swizzle<3,4,3> on
-// the byte address.
-bool hw_addr(uint64_t desc, Major major, int mn, int k, uint32_t& addr) {
-  const Desc d = decode(desc);
-  if (d.swizzle == 0 && major == Major::k && d.base_offset == 0) {
-    // No swizzle (interleave), K-major: ((8,m),(T,2k)) : ((T,SBO),(1,LBO)), T = 8 values; no
-    // address permutation. (The kernel uses it only for P read as the A operand.)
-    const uint64_t el = static_cast<uint64_t>(mn % 8) * 8 + static_cast<uint64_t>(mn / 8) * (d.sbo / 2) + (k % 8) +
-                        static_cast<uint64_t>(k / 8) * (d.lbo / 2);
-    addr = d.start + static_cast<uint32_t>(2 * el);
-    return true;
-  }
-  if (d.swizzle != 1 || d.base_offset != 0) return false;
-  uint64_t el;
-  if (major == Major::k) {
-    el = static_cast<uint64_t>(mn % 8) * 64 + static_cast<uint64_t>(mn / 8) * (d.sbo / 2) + (k % 8) + (k / 8) * 8;
-  } else {
-    el = static_cast<uint64_t>(mn % 8) + static_cast<uint64_t>((mn / 8) % 8) * 8 + static_cast<uint64_t>(mn / 64) * (d.lbo / 2) +
-         static_cast<uint64_t>(k % 8) * 64 + static_cast<uint64_t>(k / 8) * (d.sbo / 2);
-  }
-  const uint32_t a = d.start + static_cast<uint32_t>(2 * el);
-  addr = a ^ (((a >> 7) & 7u) << 4);
-  return true;
-}
+using namespace kestrel::testing_util::sm90_hw;
 
 // ---- the kernel side, replaceable for the planted bugs -------------------------------------
 struct KernelSide {
@@ -79,24 +40,6 @@ struct KernelSide {
   std::function<int(int, int)> frag_a_row = sm::frag_a_row, frag_a_col = sm::frag_a_col;
   std::function<int(int, int)> p_reg_of = sm::p_reg_of;
 };
-
-// Hardware fragment maps (PTX ISA figures for .m64nNk16 D and A): the reference.
-int hw_d_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i >> 1) & 1); }
-int hw_d_col(int t, int i) { return 8 * (i >> 2) + 2 * (t % 4) + (i & 1); }
-int hw_a_row(int t, int e) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((e >> 1) & 1); }
-int hw_a_col(int t, int e) { return 8 * (e >> 2) + 2 * (t % 4) + (e & 1); }
-
-uint16_t bf16_bits(float f) {  // integer-valued test data: exact in bf16
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return static_cast<uint16_t>(u >> 16);
-}
-float bf16_value(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Runs the emulation; returns "" when every element matched, else the first mismatch.
 std::string emulate(const KernelSide& ks_side, uint64_t seed) {

@@ -1,0 +1,84 @@
+// mla_attention over an fp8 cache with the keys as the wgmma M (the plan in
+// docs/ops/mla_attention.md, "Where the fp8 cache stands"): the pure index arithmetic of its
+// register operands, written before the kernel so that the host emulation
+// (tests/ops/mla_attention_keys_m_layout_test.cpp, the hardware's fragment maps and shared-memory
+// reads modelled from the PTX ISA) proves the products before any GPU time is spent. Plain C++
+// (host and device), no CUDA types. No kernel uses it yet.
+//
+// The two products of a 64-key tile, per CTA of query rows n < 32 (decode at H = 32):
+//   QK:  S^T = K Q^T   M = 64 keys, N = query rows, K-dim = 576 features (36 k-steps of 16);
+//        A = the tile's e4m3 key rows, converted to f16 in registers (cvt.rn.f16x2.e4m3x2);
+//        B = Q in f16 in shared memory (K-major, the 128-byte swizzle of mla_attention_sm90_layout.h).
+//   PV:  O^T = V^T P^T M = 512 value features (8 m-tiles of 64), N = query rows, K-dim = the 64
+//        keys (4 k-steps); A = V^T, the tile's e4m3 value bytes converted in registers;
+//        B = P^T in f16 in shared memory, written by the softmax from S^T's accumulators.
+// A contraction index may be permuted freely as long as both operands use the same order, and
+// an M index if the output is written back through the inverse. Both are used so that a thread's
+// A values come from whole 16-byte loads of the fp8 rows (natural order, as TMA lands them):
+//   QK: the features of k-step s are permuted so that a thread's 4 values per key row and
+//       k-step are 4 consecutive bytes, and its values of k-steps 4q .. 4q + 3 one 16-byte load;
+//       Q is stored with its features in the same order (q_store_col).
+//   PV: the value features of the 8 m-tiles are permuted so that a thread's 16 rows (2 per
+//       m-tile) are 16 consecutive bytes of one key row; the output is written through
+//       pv_feature.
+// Fragment maps (PTX ISA "WGMMA .m64nNk16 register fragment layout"): thread t of a warpgroup,
+// w = t / 32, g = (t % 32) / 4, q4 = t % 4; A value e (0 .. 7) is row 16 w + g + 8 ((e / 2) % 2),
+// column 8 (e / 4) + 2 q4 + e % 2 of the 64 x 16 tile; register j (0 .. 3) holds values 2 j and
+// 2 j + 1 (low half first).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define KESTREL_KEYS_M_HD __host__ __device__ __forceinline__
+#else
+#define KESTREL_KEYS_M_HD inline
+#endif
+
+namespace kestrel::ops::cuda::keys_m {
+
+constexpr int kKeys = 64;      // keys per tile: the M of the QK wgmma, the K-dim of the PV one
+constexpr int kDqk = 576, kDv = 512;
+constexpr int kQkSteps = kDqk / 16;  // 36
+constexpr int kPvTiles = kDv / 64;   // 8 m-tiles of value features
+constexpr int kPvSteps = kKeys / 16; // 4
+
+// ---- QK ---------------------------------------------------------------------------------------
+// The feature held by A column c (0 .. 15) of k-step s: thread q4 = (c % 8) / 2 holds columns
+// 2 q4, 2 q4 + 1, 2 q4 + 8, 2 q4 + 9, which are bytes 4 (s % 4) + 0 .. 3 of its 16-byte load
+// at 64 (s / 4) + 16 q4 of the key row.
+KESTREL_KEYS_M_HD int qk_feature(int s, int c) {
+  return 64 * (s / 4) + 16 * ((c % 8) / 2) + 4 * (s % 4) + (c % 2) + 2 * (c / 8);
+}
+// Where Q's feature f goes in the stored Q tile (its column, k-step s = column / 16): the inverse
+// of qk_feature, so that B row (k) c of k-step s holds Q[n][qk_feature(s, c)].
+KESTREL_KEYS_M_HD int q_store_col(int f) {
+  const int q = f / 64, q4 = (f % 64) / 16, r = (f % 16) / 4, j = f % 4;
+  return 16 * (4 * q + r) + 2 * q4 + (j % 2) + 8 * (j / 2);
+}
+// Thread t's 16-byte load for k-steps 4 q .. 4 q + 3: byte offset in a key row (576 bytes), and
+// the key rows it loads from (the A rows of the thread: half 0 and half 1).
+KESTREL_KEYS_M_HD int qk_load_offset(int q, int t) { return 64 * q + 16 * (t % 4); }
+KESTREL_KEYS_M_HD int qk_key(int t, int half) { return 16 * (t / 32) + (t % 32) / 4 + 8 * half; }
+// Register j (0 .. 3) of k-step s = 4 q + r: the key-row half it comes from and the first of the
+// two bytes (of that half's 16-byte load) that cvt.rn.f16x2.e4m3x2 widens into it, low half first.
+KESTREL_KEYS_M_HD int qk_reg_half(int j) { return j % 2; }
+KESTREL_KEYS_M_HD int qk_reg_byte(int r, int j) { return 4 * r + 2 * (j / 2); }
+
+// ---- PV ---------------------------------------------------------------------------------------
+// The value feature of A row `row` (0 .. 63) of m-tile mt: thread (w, g) holds rows 16 w + g and
+// 16 w + g + 8 of every m-tile: 16 rows that are bytes 0 .. 15 of its 16-byte load at
+// 16 (8 w + g) of a key row, byte 2 mt + half.
+KESTREL_KEYS_M_HD int pv_feature(int mt, int row) {
+  const int w = row / 16, g = row % 8, half = (row % 16) / 8;
+  return 16 * (8 * w + g) + 2 * mt + half;
+}
+KESTREL_KEYS_M_HD int pv_load_offset(int t) { return 16 * (8 * (t / 32) + (t % 32) / 4); }
+// The keys of thread t's A columns in PV k-step ks: register j holds values 2 j, 2 j + 1, which
+// are columns 8 (j / 2) + 2 q4 + 0 / 1, i.e. two adjacent keys; their bytes come from two loads.
+KESTREL_KEYS_M_HD int pv_key(int ks, int t, int j, int lohi) { return 16 * ks + 8 * (j / 2) + 2 * (t % 4) + lohi; }
+// Register j of m-tile mt: the byte of each key's 16-byte load that it takes (a byte permute
+// pairs the two keys' bytes, then one cvt.rn.f16x2.e4m3x2).
+KESTREL_KEYS_M_HD int pv_reg_byte(int mt, int j) { return 2 * mt + (j % 2); }
+
+}  // namespace kestrel::ops::cuda::keys_m
