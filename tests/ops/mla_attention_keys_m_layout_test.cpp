@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <string>
@@ -38,6 +39,7 @@ static_assert(sm::kKeys == kN, "the Q and P^T tiles use the 32-row swizzled arra
 
 // The kernel side, replaceable for the planted bugs.
 struct KernelSide {
+  std::function<int(int)> key_of_position = km::key_of_position;
   std::function<int(int)> q_store_col = km::q_store_col;
   std::function<int(int, int)> qk_load_offset = km::qk_load_offset;
   std::function<int(int, int)> qk_key = km::qk_key;
@@ -86,7 +88,8 @@ std::string emulate(const KernelSide& ks, uint64_t seed) {
       put_f16(q_base + sm::sw128_offset(kN, n, col), Q[n * km::kDqk + f]);
     }
 
-  // ---- QK: D[key][n] over the 36 k-steps, A from the threads' registers.
+  // ---- QK: D[position][n] over the 36 k-steps (row p of S^T: key key_of_position(p)), A from
+  // the threads' registers.
   std::vector<double> D(km::kKeys * kN, 0.0);
   for (int s = 0; s < km::kQkSteps; ++s) {
     std::vector<double> A(km::kKeys * 16, NAN);
@@ -110,24 +113,29 @@ std::string emulate(const KernelSide& ks, uint64_t seed) {
         for (int m = 0; m < km::kKeys; ++m) D[m * kN + n] += A[m * 16 + k] * b;
       }
   }
-  for (int key = 0; key < km::kKeys; ++key)
+  std::vector<int> keys_seen(km::kKeys, 0);
+  for (int pos = 0; pos < km::kKeys; ++pos) {
+    const int key = ks.key_of_position(pos);
+    if (key < 0 || key >= km::kKeys || keys_seen[key]++ != 0) return "key_of_position is not a permutation";
     for (int n = 0; n < kN; ++n) {
       double want = 0;
       for (int f = 0; f < km::kDqk; ++f) want += static_cast<double>(KV[key * km::kDqk + f]) * Q[n * km::kDqk + f];
-      if (D[key * kN + n] != want)
-        return "QK: S^T[" + std::to_string(key) + "][" + std::to_string(n) + "] is not the score";
+      if (D[pos * kN + n] != want)
+        return "QK: S^T row " + std::to_string(pos) + " (key " + std::to_string(key) + "), query " + std::to_string(n) +
+               " is not the score";
     }
+  }
 
   // ---- P^T: a bounded integer function of the score (exact in f16; any per-element function
   // commutes with the maps), written by each accumulator's owner: register i of thread t is
-  // (key hw_d_row, query row hw_d_col), stored at (row n, column key) of the 32-row tile.
-  std::vector<double> P(kN * km::kKeys);
+  // (position hw_d_row, query row hw_d_col), stored at (row n, column position) of the 32-row tile.
+  std::vector<double> P(kN * km::kKeys);  // P[n][position]
   for (int t = 0; t < 128; ++t)
     for (int i = 0; i < kN / 2; ++i) {
-      const int key = hw_d_row(t, i), n = hw_d_col(t, i);
-      const double p = std::fmod(D[key * kN + n], 7.0);
-      P[n * km::kKeys + key] = p;
-      put_f16(p_base + sm::sw128_offset(kN, n, key), p);
+      const int pos = hw_d_row(t, i), n = hw_d_col(t, i);
+      const double p = std::fmod(D[pos * kN + n], 7.0);
+      P[n * km::kKeys + pos] = p;
+      put_f16(p_base + sm::sw128_offset(kN, n, pos), p);
     }
 
   // ---- PV: per m-tile, 4 k-steps of 16 keys, A = V^T from the threads' registers.
@@ -142,7 +150,7 @@ std::string emulate(const KernelSide& ks, uint64_t seed) {
         for (int j = 0; j < 4; ++j)
           for (int lohi = 0; lohi < 2; ++lohi) {
             const int e = 2 * j + lohi, key = ks.pv_key(s, t, j, lohi), byte = ks.pv_reg_byte(mt, j);
-            if (key < 16 * s || key >= 16 * (s + 1) || byte < 0 || byte >= 16) return "PV: a register's key or byte is out of range";
+            if (key < 0 || key >= km::kKeys || byte < 0 || byte >= 16) return "PV: a register's key or byte is out of range";
             A[hw_a_row(t, e) * 16 + hw_a_col(t, e)] = widen(key, load + byte);
           }
       }
@@ -162,7 +170,7 @@ std::string emulate(const KernelSide& ks, uint64_t seed) {
         if (f < 0 || f >= km::kDv) return "pv_feature out of range";
         if (n == 0) ++covered[f];
         double want = 0;
-        for (int key = 0; key < km::kKeys; ++key) want += P[n * km::kKeys + key] * KV[key * km::kDqk + f];
+        for (int pos = 0; pos < km::kKeys; ++pos) want += P[n * km::kKeys + pos] * KV[ks.key_of_position(pos) * km::kDqk + f];
         if (O[row * kN + n] != want)
           return "PV: m-tile " + std::to_string(mt) + " row " + std::to_string(row) + " query " + std::to_string(n) +
                  " is not O[" + std::to_string(n) + "][" + std::to_string(f) + "]";
@@ -191,6 +199,53 @@ TEST(MlaAttentionKeysMLayout, QStoreColumnInvertsTheFeatureOrder) {
   for (int v : seen) EXPECT_EQ(v, 1);
 }
 
+// The 16-byte shared-memory loads of both products: the largest number of wavefronts a quarter
+// warp (8 lanes) needs, i.e. the most lanes whose addresses share a 16-byte bank group
+// ((address / 16) % 8), for key rows `row_bytes` apart and the given key order.
+int worst_wavefronts(int row_bytes, const std::function<int(int)>& key_of, bool qk) {
+  int worst = 0;
+  const auto quarter = [&](const std::function<int(int)>& addr_of_lane) {
+    for (int q0 = 0; q0 < 128; q0 += 8) {
+      int count[8] = {};
+      for (int t = q0; t < q0 + 8; ++t) ++count[(addr_of_lane(t) / 16) % 8];
+      for (int c : count) worst = c > worst ? c : worst;
+    }
+  };
+  if (qk) {
+    for (int q = 0; q < km::kQkSteps / 4; ++q)
+      for (int half = 0; half < 2; ++half)
+        quarter([&](int t) { return key_of(16 * (t / 32) + (t % 32) / 4 + 8 * half) * row_bytes + km::qk_load_offset(q, t); });
+  } else {
+    for (int s = 0; s < km::kPvSteps; ++s)
+      for (int j = 0; j < 4; ++j)
+        for (int lohi = 0; lohi < 2; ++lohi)
+          quarter([&](int t) {
+            return key_of(16 * s + 8 * (j / 2) + 2 * (t % 4) + lohi) * row_bytes + km::pv_load_offset(t);
+          });
+  }
+  return worst;
+}
+
+// The layout's choice (kRowBytes, key_of_position; the header says why): both products' loads
+// are one wavefront per quarter warp; the natural 576-byte rows in natural order are not (PV
+// 4-way), and no reordering of the keys within each 8 positions serves both at 592 bytes.
+TEST(MlaAttentionKeysMLayout, TileLoadsAreFreeOfBankConflicts) {
+  EXPECT_EQ(worst_wavefronts(km::kRowBytes, km::key_of_position, true), 1);
+  EXPECT_EQ(worst_wavefronts(km::kRowBytes, km::key_of_position, false), 1);
+  const auto natural = [](int p) { return p; };
+  EXPECT_EQ(worst_wavefronts(576, natural, true), 1);
+  EXPECT_EQ(worst_wavefronts(576, natural, false), 4);
+  std::vector<int> perm = {0, 1, 2, 3, 4, 5, 6, 7};
+  int both = 0;
+  do {
+    const auto key_of = [&](int p) { return (p & ~7) | perm[static_cast<size_t>(p & 7)]; };
+    both += worst_wavefronts(592, key_of, true) == 1 && worst_wavefronts(592, key_of, false) == 1;
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  EXPECT_EQ(both, 0);
+  for (int p = 0; p < km::kKeys; ++p) EXPECT_EQ(km::key_of_position(p) / 8, p / 8) << "a key stays in its 8 positions";
+  static_assert(km::kRowBytes % 16 == 0 && km::kRowBytes >= km::kDqk);
+}
+
 // Each planted bug breaks the emulation: it sees every class of error it is meant to see.
 TEST(MlaAttentionKeysMLayout, PlantedBugsAreCaught) {
   std::vector<std::pair<const char*, KernelSide>> bugs;
@@ -213,11 +268,17 @@ TEST(MlaAttentionKeysMLayout, PlantedBugsAreCaught) {
   b.pv_reg_byte = [](int mt, int j) { return 2 * mt + 1 - j % 2; };
   bugs.emplace_back("PV row halves swapped", b);
   b = KernelSide{};
-  b.pv_key = [](int s, int t, int j, int lohi) { return 16 * s + 8 * (j / 2) + 2 * (t % 4) + 1 - lohi; };
+  b.pv_key = [](int s, int t, int j, int lohi) { return km::pv_key(s, t, j, 1 - lohi); };
   bugs.emplace_back("PV key pair swapped", b);
   b = KernelSide{};
   b.pv_load_offset = [](int t) { return 16 * (8 * (t / 32) + ((t % 32) / 4 + 1) % 8); };
   bugs.emplace_back("PV load of the next row group", b);
+  b = KernelSide{};
+  b.pv_key = [](int s, int t, int j, int lohi) { return 16 * s + 8 * (j / 2) + 2 * (t % 4) + lohi; };
+  bugs.emplace_back("PV columns in natural key order (QK's rows permuted)", b);
+  b = KernelSide{};
+  b.qk_key = [](int t, int half) { return 16 * (t / 32) + (t % 32) / 4 + 8 * half; };
+  bugs.emplace_back("QK rows in natural key order (the stated order permuted)", b);
   for (const auto& [name, side] : bugs) EXPECT_NE(emulate(side, 1), "") << "planted bug not caught: " << name;
 }
 

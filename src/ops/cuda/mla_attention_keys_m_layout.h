@@ -43,6 +43,25 @@ constexpr int kQkSteps = kDqk / 16;  // 36
 constexpr int kPvTiles = kDv / 64;   // 8 m-tiles of value features
 constexpr int kPvSteps = kKeys / 16; // 4
 
+// ---- the e4m3 tile in shared memory and the order of its keys ---------------------------------
+// Key rows kRowBytes apart (576 bytes and 32 of padding: per-row bulk copies, 16-byte aligned).
+// Both products read a key row 16 bytes per lane, and a quarter warp (8 lanes) is one wavefront
+// only if its 8 addresses fall in 8 distinct 16-byte bank groups ((address / 16) % 8). QK's
+// quarter warp reads two A rows (lanes g = 2i, 2i + 1) at 4 offsets 16 q4: its two keys must be 4
+// groups apart; PV's reads 4 keys (columns 2 q4 + lohi) at offsets 16 g: their 4 groups must be
+// pairwise at least 2 apart. With 576-byte rows (36 groups, 4 mod 8) QK is conflict-free but PV
+// 4-way; 592 (37, 5 mod 8) cannot serve both (tests/ops/mla_attention_keys_m_layout_test.cpp);
+// 608 (38, 6 mod 8) does, with the keys of each 8 positions reordered (key_of_position): the QK
+// pairs take keys 6 or 2 apart (36, 12 = 4 mod 8) and PV's quartets keys {0,1,2,3} / {6,7,4,5}
+// (groups 0, 6, 4, 2 and 4, 2, 0, 6 mod 8).
+constexpr int kRowBytes = 608;
+// The key at position p of the tile: row p of S^T (QK's M), key p of P^T and column p of PV (its
+// contraction index): the same order in all three, so the products are those of the natural one.
+KESTREL_KEYS_M_HD int key_of_position(int p) {
+  constexpr int kPerm[8] = {0, 6, 1, 7, 2, 4, 3, 5};
+  return (p & ~7) | kPerm[p & 7];
+}
+
 // ---- QK ---------------------------------------------------------------------------------------
 // The feature held by A column c (0 .. 15) of k-step s: thread q4 = (c % 8) / 2 holds columns
 // 2 q4, 2 q4 + 1, 2 q4 + 8, 2 q4 + 9, which are bytes 4 (s % 4) + 0 .. 3 of its 16-byte load
@@ -56,10 +75,10 @@ KESTREL_KEYS_M_HD int q_store_col(int f) {
   const int q = f / 64, q4 = (f % 64) / 16, r = (f % 16) / 4, j = f % 4;
   return 16 * (4 * q + r) + 2 * q4 + (j % 2) + 8 * (j / 2);
 }
-// Thread t's 16-byte load for k-steps 4 q .. 4 q + 3: byte offset in a key row (576 bytes), and
-// the key rows it loads from (the A rows of the thread: half 0 and half 1).
+// Thread t's 16-byte load for k-steps 4 q .. 4 q + 3: byte offset in a key row, and the keys it
+// loads from (those at the positions of its A rows: half 0 and half 1).
 KESTREL_KEYS_M_HD int qk_load_offset(int q, int t) { return 64 * q + 16 * (t % 4); }
-KESTREL_KEYS_M_HD int qk_key(int t, int half) { return 16 * (t / 32) + (t % 32) / 4 + 8 * half; }
+KESTREL_KEYS_M_HD int qk_key(int t, int half) { return key_of_position(16 * (t / 32) + (t % 32) / 4 + 8 * half); }
 // Register j (0 .. 3) of k-step s = 4 q + r: the key-row half it comes from and the first of the
 // two bytes (of that half's 16-byte load) that cvt.rn.f16x2.e4m3x2 widens into it, low half first.
 KESTREL_KEYS_M_HD int qk_reg_half(int j) { return j % 2; }
@@ -75,8 +94,10 @@ KESTREL_KEYS_M_HD int pv_feature(int mt, int row) {
 }
 KESTREL_KEYS_M_HD int pv_load_offset(int t) { return 16 * (8 * (t / 32) + (t % 32) / 4); }
 // The keys of thread t's A columns in PV k-step ks: register j holds values 2 j, 2 j + 1, which
-// are columns 8 (j / 2) + 2 q4 + 0 / 1, i.e. two adjacent keys; their bytes come from two loads.
-KESTREL_KEYS_M_HD int pv_key(int ks, int t, int j, int lohi) { return 16 * ks + 8 * (j / 2) + 2 * (t % 4) + lohi; }
+// are columns (positions) 8 (j / 2) + 2 q4 + 0 / 1; their bytes come from two keys' loads.
+KESTREL_KEYS_M_HD int pv_key(int ks, int t, int j, int lohi) {
+  return key_of_position(16 * ks + 8 * (j / 2) + 2 * (t % 4) + lohi);
+}
 // Register j of m-tile mt: the byte of each key's 16-byte load that it takes (a byte permute
 // pairs the two keys' bytes, then one cvt.rn.f16x2.e4m3x2).
 KESTREL_KEYS_M_HD int pv_reg_byte(int mt, int j) { return 2 * mt + (j % 2); }
