@@ -30,7 +30,9 @@ struct KdaChunkPrefillArgs {
   // CUDA: the most scratch memory the call may take for its chunk workspace (bytes; 0: the
   // default, kda_chunk_prefill_default_workspace_bytes of the device's memory). The batch's
   // chunks run in windows of as many chunks as fit (at least one), the states carried through
-  // the pool slots from window to window; results are bit-identical for any value.
+  // the pool slots from window to window (a bf16 pool: through an f32 copy of the batch's
+  // states, N H V K 4 bytes of scratch beside this bound, only when there are several windows);
+  // results are bit-identical for any value.
   int64_t max_workspace_bytes = 0;
 };
 
