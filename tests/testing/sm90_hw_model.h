@@ -22,8 +22,8 @@ inline Desc decode(uint64_t d) {
               static_cast<uint32_t>(d >> 62)};
 }
 
-// Byte address of bf16 operand element (mn, k), k in [0, 16), of a wgmma .k16 operand with a
-// 128-byte swizzle (the only mode the kernel uses; anything else is reported as a failure).
+// Byte address of 16-bit (bf16 / f16) operand element (mn, k), k in [0, 16), of a wgmma .k16
+// operand with a 128-byte swizzle, or K-major without one (any other mode is reported as a failure).
 //   K-major : ((8,m),(T,2k)) : ((8T,SBO),(1,T))
 //   MN-major: ((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO))
 // offsets in elements (strides SBO, LBO given in bytes, so / 2), T = 8; then Swizzle<3,4,3> on

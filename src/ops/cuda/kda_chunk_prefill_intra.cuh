@@ -84,8 +84,8 @@ __device__ __forceinline__ int pair_j(int p) { return p == 0 ? 0 : p < 3 ? p - 1
 // log1pf (~25) in the gate and the factors were ~40% of the kernel's instructions (Nsight, H200,
 // T = 4096, H = 32). The MUFU forms and the base-2 gate are in kda_common.cuh, beside the accurate
 // gate that the token kernels keep (the MUFU forms there measured 0.91-1.16x by shape and build,
-// docs/perf.md, seventeenth session). The workspace holds values only (Qg, Kg, Kd, Tm, Aqk, decay), never Gam, so the
-// base is this kernel's business.
+// docs/perf.md, seventeenth session). The workspace holds values only (Qg, Kg, Kd, Tm, Aqk,
+// decay), never Gam, so the base is this kernel's business.
 using kda::ex2;
 using kda::gate_log2_lb;
 using kda::gate_log2_softplus;
