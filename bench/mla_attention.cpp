@@ -36,7 +36,9 @@ void add_mla_attention_benches(Registry& r) {
     const int64_t Tq = B * q_len, max_pages = (ctx + kPage - 1) / kPage;
     const int64_t num_pages = 1 + B * max_pages;  // page 0 is the sink
     Case c;
-    c.name = str(kernel == ops::MlaAttentionKernel::mma_sync ? "mla_attention_v1/" : "mla_attention/",
+    c.name = str(kernel == ops::MlaAttentionKernel::mma_sync       ? "mla_attention_v1/"
+                 : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
+                                                                   : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
                  fp8_q ? "-qfp8" : "", fast ? "-fastP" : "");
     c.buffers = {{"o", DType::bf16, {Tq, H, ops::kMlaNope}},
@@ -98,6 +100,15 @@ void add_mla_attention_benches(Registry& r) {
   for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, automatic, fast);
   for (const int64_t H : {32, 128})
     for (const int64_t q_len : {1, 4}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, automatic, fast);
+  // The keys-as-M kernel (fp8 cache and q) beside v2 on the fp8 shapes.
+  for (const int64_t H : {32, 128})
+    for (const int64_t q_len : {1, 4})
+      for (const auto precision : {ops::MlaAttentionPrecision::exact, fast})
+        add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, ops::MlaAttentionKernel::wgmma_keys_m, precision);
+  for (const int64_t B : {1, 32}) add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, 32768, ops::MlaAttentionKernel::wgmma_keys_m, fast);
+  for (const int64_t B : {1, 32}) add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, 32768, automatic, fast);
+  add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, 128, 32768, ops::MlaAttentionKernel::wgmma_keys_m, fast);
+  add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, 128, 32768, automatic, fast);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

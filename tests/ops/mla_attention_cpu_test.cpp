@@ -93,6 +93,7 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 12, 0), K::mma_sync);
   EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0), K::mma_sync);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0), K::wgmma_keys_m);
 }
 
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at

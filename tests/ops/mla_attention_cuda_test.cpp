@@ -123,6 +123,28 @@ class MlaAttentionCuda : public testing::Test {
   }
 };
 
+// The keys-as-M kernel runs when forced, with each precision's instantiation, and is refused
+// with the reason for what it does not take (a bf16 cache or a bf16 q).
+TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
+  Problem p = make(64, DType::fp8_e4m3, {100, 37, 700}, 5, 32);
+  std::vector<uint8_t> q8(static_cast<size_t>(p.B() * p.H * kMlaRow));
+  std::mt19937_64 rng(6);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : q8) x = f32_to_fp8_e4m3(u(rng));
+  p.q = testing_util::upload(q8, {p.B(), p.H, kMlaRow}, DType::fp8_e4m3, Device::cuda);
+  const auto exact = run(p, MlaAttentionKernel::wgmma_keys_m, MlaAttentionPrecision::exact);
+  EXPECT_TRUE(launched(exact, "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
+  EXPECT_FALSE(launched(exact, "sm90"));
+  const auto fast = run(p, MlaAttentionKernel::wgmma_keys_m, MlaAttentionPrecision::fast);
+  EXPECT_TRUE(launched(fast, "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>"));
+  const Support bf16_q = mla_attention_supports(Backend::cuda, args(make(64, DType::fp8_e4m3, {10}, 7), MlaAttentionKernel::wgmma_keys_m));
+  EXPECT_FALSE(bf16_q.ok);
+  EXPECT_NE(bf16_q.reason.find("fp8_e4m3 cache with a bf16 q"), std::string::npos) << bf16_q.reason;
+  const Support bf16_cache = mla_attention_supports(Backend::cuda, args(make(64, DType::bf16, {10}, 8), MlaAttentionKernel::wgmma_keys_m));
+  EXPECT_FALSE(bf16_cache.ok);
+  EXPECT_NE(bf16_cache.reason.find("got a bf16 cache"), std::string::npos) << bf16_cache.reason;
+}
+
 TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
   for (int64_t ps : {32, 64, 128}) {
     const auto log = run(make(ps, DType::bf16, {100, 37, 64}, 2), MlaAttentionKernel::automatic);

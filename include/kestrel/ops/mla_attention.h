@@ -16,6 +16,8 @@ enum class MlaAttentionKernel : uint8_t {
   automatic,
   mma_sync,  // v1: mma.sync m16n8k16, cp.async double buffer (src/ops/cuda/mla_attention.cu)
   wgmma,     // v2: sm_90a WGMMA, producer warpgroup + mbarrier ring (mla_attention_sm90.cu)
+  wgmma_keys_m,  // v3: sm_90a WGMMA with the keys as M, fp8 cache and fp8 q only
+                 // (mla_attention_keys_m.cu): the e4m3 rows widened in the consumers' registers
 };
 
 // How the softmax weights P enter the P V product on the CUDA WGMMA kernel (v2). `exact` (the

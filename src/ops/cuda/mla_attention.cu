@@ -590,12 +590,16 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
     return Support::no(str("max_pages * page_size = ", a.block_table.size(1) * a.cache.size(1), " exceeds 2^31 - 2^16"));
   if (a.q.size(0) * a.q.size(1) > INT32_MAX)
     return Support::no(str("Tq * H = ", a.q.size(0) * a.q.size(1), " exceeds int32"));
-  if (a.cuda_kernel == MlaAttentionKernel::wgmma) {
+  if (a.cuda_kernel == MlaAttentionKernel::wgmma || a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m) {
     const auto [major, minor] = compute_capability();
     if (!(major == 9 && minor == 0))
-      return Support::no(str("cuda_kernel: the wgmma kernel needs sm_90a (compute capability 9.0: wgmma, setmaxnreg, "
+      return Support::no(str("cuda_kernel: the wgmma kernels need sm_90a (compute capability 9.0: wgmma, setmaxnreg, "
                              "cp.async.bulk), this device is ", major, ".", minor));
   }
+  if (a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m &&
+      (a.cache.dtype != DType::fp8_e4m3 || a.q.dtype != DType::fp8_e4m3))
+    return Support::no(str("cuda_kernel: the keys-as-M kernel takes an fp8_e4m3 cache with an fp8_e4m3 q, got a ",
+                           dtype_name(a.cache.dtype), " cache with a ", dtype_name(a.q.dtype), " q"));
   return Support::yes();
 }
 
@@ -632,9 +636,13 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   p.scale_log2 = a.softmax_scale * a.kv_scale * a.q_scale * kLog2e;  // f32, left to right (q_scale 1 for bf16 q)
   p.out_scale = a.kv_scale;
 
-  // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence.
+  // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence, in row
+  // tiles of 64 (v1, v2) or 32 (the keys-as-M kernel).
+  const auto [cc_major, cc_minor] = compute_capability();
+  const MlaAttentionKernel kernel = mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor);
+  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? 32 : kRows;
   const int64_t q_plan = (Tq + B - 1) / B;
-  const int64_t row_tiles = (q_plan * H + kRows - 1) / kRows;
+  const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
   const int sms = num_sms();
   const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms);
   p.splits = static_cast<int>(splits);
@@ -650,8 +658,10 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
-  const auto [cc_major, cc_minor] = compute_capability();
-  if (mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor) == MlaAttentionKernel::wgmma) {
+  if (kernel == MlaAttentionKernel::wgmma_keys_m) {
+    p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
+    launch_mla_attention_keys_m(p, grid, a.precision == MlaAttentionPrecision::exact, s);
+  } else if (kernel == MlaAttentionKernel::wgmma) {
     p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     p.q_tensor = mla_attention_q_by_tensor_copy(static_cast<int64_t>(p.max_pages) * p.page_size, splits);

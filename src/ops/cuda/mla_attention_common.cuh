@@ -130,4 +130,8 @@ __device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, in
 void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, bool split_p,
                                bool lookahead, cudaStream_t s);
 
+// The keys-as-M kernel for an fp8 cache and an fp8 query (mla_attention_keys_m.cu): same params,
+// grid (32-row tiles, splits, B), same outputs.
+void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, cudaStream_t s);
+
 }  // namespace kestrel::ops::cuda

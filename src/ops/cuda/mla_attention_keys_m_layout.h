@@ -57,9 +57,10 @@ constexpr int kPvSteps = kKeys / 16; // 4
 constexpr int kRowBytes = 608;
 // The key at position p of the tile: row p of S^T (QK's M), key p of P^T and column p of PV (its
 // contraction index): the same order in all three, so the products are those of the natural one.
+// The order 0 6 1 7 2 4 3 5 as nibbles of one constant: a table indexed by a thread's lane went to
+// local memory on the GPU (a store and a load per use: the first H200 profile's hottest lines).
 KESTREL_KEYS_M_HD int key_of_position(int p) {
-  constexpr int kPerm[8] = {0, 6, 1, 7, 2, 4, 3, 5};
-  return (p & ~7) | kPerm[p & 7];
+  return (p & ~7) | static_cast<int>((0x53427160u >> (4 * (p & 7))) & 0xfu);
 }
 
 // ---- QK ---------------------------------------------------------------------------------------

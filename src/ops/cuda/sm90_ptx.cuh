@@ -113,6 +113,26 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc
   }
 }
 
+// S[64 x 32] (+)= A[64 x 16] B[16 x 32] with A from registers (4 x 2 values per thread, the
+// fragment layout of mla_attention_sm90_layout.h's frag_a_*) and B K-major in shared memory:
+// the keys-as-M fp8 kernel (mla_attention_keys_m.cu), whose A operands are e4m3 cache bytes
+// widened in registers. scale_d == 0 overwrites d.
+#define KESTREL_WGMMA_M64N32K16_RS(TYPE)                                                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                                   \
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE                                              \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),    \
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+template <bool kF16 = false>
+__device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  if constexpr (kF16) {
+    KESTREL_WGMMA_M64N32K16_RS("f16.f16 ");
+  } else {
+    KESTREL_WGMMA_M64N32K16_RS("bf16.bf16 ");
+  }
+}
+
 // The 128 f32 accumulators of an m64n256 wgmma: the register list in the PTX string and the
 // operand list (d[0] .. d[127], read and written), shared by the two wrappers below.
 #define KESTREL_WGMMA_D128_REGS \

@@ -123,7 +123,8 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
   Case c;
   c.op = "mla_attention";
   c.id = str("mla_attention/", s.tag, "-B", B, "-H", H, "-P", ps, "-", dtype_name(dt), fp8_q ? "-qfp8" : "", "-",
-             variant_name(var), kernel == ops::MlaAttentionKernel::mma_sync ? "-v1" : "", fast ? "-fastP" : "");
+             variant_name(var), kernel == ops::MlaAttentionKernel::mma_sync ? "-v1" : "",
+             kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "-km" : "", fast ? "-fastP" : "");
   c.size = s.size;
 
   std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
@@ -289,6 +290,18 @@ void add_mla_attention_cases(Registry& r, Size size) {
     for (DType dt : {DType::bf16, DType::fp8_e4m3})
       for (DType q_dt : {DType::bf16, DType::fp8_e4m3}) add_case(r, s, dt, Variant::plain, ++plan_seed, q_dt, automatic, fastp);
   }
+  // The keys-as-M kernel (v3, "-km"; fp8 cache with an fp8 q only, NOT_SUPPORTED otherwise):
+  // every shape, plain and strided, exact P; P rounded once on the shapes that cover its paths
+  // (ragged decode with splits, verify over several 32-row tiles, an extend looping over row
+  // tiles, the masked batch) and strided; the odd page sizes (64-key tiles from up to 22 pages).
+  constexpr auto keys_m = ops::MlaAttentionKernel::wgmma_keys_m;
+  constexpr DType fp8 = DType::fp8_e4m3;
+  for (const AttnShape& s : shapes(size))
+    for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, fp8, var, ++plan_seed, fp8, keys_m);
+  for (size_t k : {size_t{0}, size_t{3}, size_t{5}, size_t{7}})
+    add_case(r, ci[k], fp8, Variant::plain, ++plan_seed, fp8, keys_m, fastp);
+  add_case(r, ci[0], fp8, Variant::strided, ++plan_seed, fp8, keys_m, fastp);
+  for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, fp8, var, ++plan_seed, fp8, keys_m);
 }
 
 }  // namespace kestrel::matrix

@@ -1,0 +1,624 @@
+// mla_attention, CUDA v3 (sm_90a): the fp8 cache with the keys as the wgmma M. Same op, plan
+// (grid of row tiles x splits x sequences, workspace, combine kernel) and semantics as v1 / v2
+// (docs/ops/mla_attention.md); taken for an fp8 cache with an fp8 query (the engine's fp8 path),
+// where v2 relays every e4m3 tile into an f16 one through a producer warpgroup whose loop set
+// the pace (~40% of copy). Here the e4m3 rows land in shared memory as they are and the
+// consumers widen them in registers, as the A operand of both products:
+//   QK:  S^T = K Q^T   M = 64 keys, N = 32 query rows, K-dim = 576 features (36 k-steps)
+//   PV:  O^T = V^T P^T M = 512 value features (8 m-tiles), N = 32 query rows, K-dim = 64 keys
+// With N = the query rows a decode at H = 32 has no padded rows (v2's M = 64 is half padding).
+// The register and shared-memory index maps, proven on the host against the PTX ISA's fragment
+// and descriptor model: mla_attention_keys_m_layout.h and its test.
+//
+// Work split. One CTA per (32-row query tile, KV split, sequence), rows r = qi * H + h; a CTA
+// loops over row tiles mt = blockIdx.x, + gridDim.x, ...; KV tiles of 64 positions, splits
+// rounded to whole tiles.
+//
+// Roles (384 threads; setmaxnreg: 232 registers for the consumers, 40 for the producer):
+//   warps 0-7, two consumer warpgroups c = 0, 1 that own alternate KV tiles (c takes tiles
+//     c, c + 2, ...), each with its own running maxima m, sums l and O^T (512 x 32: 128 f32 per
+//     thread), merged once at the end of a row tile (the split combine's formula inside the
+//     CTA). Nothing passes between them per tile.
+//   warp 8 (the first of the producer warpgroup; the other three exit): per tile, one cp.async.bulk per cache row (576 bytes into a 608-byte
+//     row: km::kRowBytes, the stride that makes both products' 16-byte loads conflict-free),
+//     completing on the stage's `full`; rows past the end are zeros and rows of a page outside
+//     the cache e4m3 NaN (0x7F), written by the producer before its arrival.
+//
+// Per tile and consumer warpgroup:
+//   QK  9 groups of 4 k-steps: each thread loads 16 bytes of each of its two key rows
+//       (km::qk_load_offset / qk_key), widens them (16 cvt.rn.f16x2.e4m3x2) into the A
+//       registers of 4 wgmma m64n32k16 (B = Q in f16, features permuted by km::q_store_col, the
+//       128-byte swizzle of sm90's 32-row tile). A group's registers are reused two groups later,
+//       after wait_group 1.
+//   softmax along M (keys): column maxima over the thread's 2 rows, the 8 lanes g (shuffles),
+//       the 4 warps (shared memory, one 128-thread barrier); lazy rescaling per column (m moves
+//       only when a column's maximum grows by more than kRescaleSlack = 2^8, exact); P = exp2 of
+//       the scaled scores into P^T (f16, K-major 128-byte swizzle; exact P also as lo =
+//       f16(p - hi), a second product, as v2 does).
+//   PV  4 k-steps of 16 keys: each thread loads 16 bytes (km::pv_load_offset) of the 4 keys of
+//       its A columns, pairs two keys' bytes with a byte permute, widens them, and issues 8 wgmma
+//       m64n32k16 (one per m-tile of 64 value features, km::pv_feature) in two groups of 4.
+//       The stage is released (empty, 4 warp arrivals) as soon as the last conversion has
+//       consumed the tile's bytes: the products read only registers and Q / P^T.
+//
+// Shared memory (dynamic, 1024-byte-aligned base):
+//   Q       [9 chunks][32 rows][128 B] f16     36,864
+//   P^T     [2 warpgroups][hi, lo][32][128 B]  16,384
+//   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange)
+//   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32, mbarriers full[4], empty[4].
+//
+// Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
+//   full[ti % 4]   count 1 + tx: the producer's lane 0 arrive.expect_tx(576 x rows copied) after
+//                  its lanes wrote the rows that are not copies; the copies complete_tx. The
+//                  owning warpgroup waits parity (ti / 4) & 1.
+//   empty[ti % 4]  count 4: each warp of the owning warpgroup, after its last conversion of the
+//                  tile. The producer waits parity ((ti / 4) & 1) ^ 1 before refilling.
+//   Q (1, 256)     at a row tile's start (every QK of the previous one retired), and after Q is
+//                  written (fence.proxy.async first).
+//   max (2 + c)    per warpgroup: the column maxima (and at the end the row sums) of its 4 warps.
+//   P (4 + c)      per warpgroup: P^T written (fence.proxy.async first) before its PV is issued.
+//                  P^T of tile j + 2 is written only after every warp passed max(j + 2), i.e.
+//                  after every warp's wait_group 0 that retired PV(j).
+//   merge (6, 256) both warpgroups: their tiles consumed and m, l published; again after the
+//                  exchange of O^T halves through the first 64 KB of the stages.
+//   row tile (7, 288) the consumers arrive after a row tile's merge when the CTA has another;
+//                  the producer syncs before filling that one's tiles (the exchange area).
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <string>
+
+#include "common.cuh"
+#include "cp_async.cuh"
+#include "kestrel/ops/mla_attention.h"
+#include "mla_attention_common.cuh"
+#include "mla_attention_keys_m_layout.h"
+#include "mla_attention_sm90_layout.h"
+#include "sm90_ptx.cuh"
+
+namespace kestrel::ops::cuda {
+
+namespace {
+
+namespace km = keys_m;
+using sm90::bulk_copy_g2s;
+using sm90::desc_of;
+using sm90::fence_operands;
+using sm90::fence_proxy_async;
+using sm90::k_step_lo;
+using sm90::mbar_arrive;
+using sm90::mbar_arrive_expect_tx;
+using sm90::mbar_init;
+using sm90::mbar_wait;
+using sm90::named_bar_arrive;
+using sm90::named_bar_sync;
+using sm90::sw128_lo;
+using sm90::sw128_offset;
+using sm90::wgmma_commit;
+using sm90::wgmma_fence;
+using sm90::wgmma_m64n32k16_rs;
+using sm90::wgmma_wait;
+constexpr int kDqk = km::kDqk, kDv = km::kDv;
+using sm90::k_step_lo;
+using sm90::sw128_lo;
+using sm90::sw128_offset;
+
+constexpr int kN = 32;  // query rows per CTA: the N of both products
+static_assert(sm90::kKeys == kN, "Q and P^T use the 32-row swizzled arrangement of sm90's KV tile");
+constexpr int kKeys = km::kKeys;  // 64 keys per tile
+// A producer warpgroup although one warp of it works: registers are granted per warpgroup
+// (ptxas sizes a 288-thread kernel as 384 threads: 168 registers), and setmaxnreg moves the
+// idle ones to the consumers.
+constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
+constexpr int kStages = 4;
+constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (f16 holds it)
+constexpr uint8_t kE4m3Nan = 0x7f;
+
+constexpr uint32_t kStageBytes = kKeys * km::kRowBytes;  // 38,912
+constexpr uint32_t kQBytes = sm90::kKvBytes;             // 36,864
+constexpr uint32_t kPtBytes = kN * kKeys * 2;            // 4,096: one 128-byte-swizzled chunk of 32 rows
+constexpr uint32_t kOffQ = 0;
+constexpr uint32_t kOffPt = kOffQ + kQBytes;              // [warpgroup][hi, lo]
+constexpr uint32_t kOffStages = kOffPt + 4 * kPtBytes;
+constexpr uint32_t kOffMax = kOffStages + kStages * kStageBytes;  // [2][4][32] f32
+constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kN * 4;            // [2][m, l][32] f32
+constexpr uint32_t kOffLim = kOffMl + 2 * 2 * kN * 4;         // [32] i32: each column's causal limit
+constexpr uint32_t kOffBar = kOffLim + kN * 4;
+constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
+constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
+constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
+constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
+static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
+static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes <= 232448, "shared memory");
+static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
+
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7;
+
+struct SeqPlan {
+  int qb, n, L, rows_b, row_tiles, begin, end;
+  bool bad_len;
+};
+struct TilePlan {
+  int r0, rows_here, kv_end, ntiles;
+};
+__device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const SeqPlan& s, int mt) {
+  TilePlan t;
+  t.r0 = mt * kN;
+  t.rows_here = min(kN, s.rows_b - t.r0);
+  t.kv_end = min(s.end, s.L - s.n + (t.r0 + t.rows_here - 1) / p.H + 1);  // the last row's limit
+  t.ntiles = t.kv_end > s.begin ? (t.kv_end - s.begin + kKeys - 1) / kKeys : 0;
+  return t;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+// 16 bytes at a shared-memory address (32-bit: a base register plus an immediate, where generic
+// 64-bit pointers held two registers per row and made the consumers spill).
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
+// ---- producer warp ---------------------------------------------------------------------------------
+__device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
+                                         uint8_t* base_ptr, int lane) {
+  uint32_t ti = 0;
+  bool first = true;
+  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+    const TilePlan tp = tile_plan(p, s, mt);
+    if (!first) named_bar_sync(kBarRowTile, kConsumerThreads + 32);  // the consumers are done with the exchange area
+    first = false;
+    for (int j = 0; j < tp.ntiles; ++j, ++ti) {
+      const int st = static_cast<int>(ti % kStages), pos0 = s.begin + j * kKeys;
+      const uint8_t* src[2];
+      bool copy[2], nan[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int pos = pos0 + lane + 32 * h;
+        nan[h] = false;
+        src[h] = pos < tp.kv_end ? kv_row(p, b, pos, nan[h]) : nullptr;
+        copy[h] = src[h] != nullptr;
+      }
+      mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+      uint8_t* stage = base_ptr + kOffStages + st * kStageBytes;
+      bool filled = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (copy[h]) continue;
+        const uint32_t f = nan[h] ? 0x01010101u * kE4m3Nan : 0u;
+        uint4* row = reinterpret_cast<uint4*>(stage + (lane + 32 * h) * km::kRowBytes);
+#pragma unroll 4
+        for (int u = 0; u < kDqk / 16; ++u) row[u] = make_uint4(f, f, f, f);
+        filled = true;
+      }
+      // (generic writes where the async proxy wrote before and will write again)
+      if (filled) fence_proxy_async();
+      const int copies = __popc(__ballot_sync(0xffffffffu, copy[0])) + __popc(__ballot_sync(0xffffffffu, copy[1]));
+      __syncwarp();  // the filled rows before lane 0's arrival (release)
+      const uint32_t full = base + kBarFull + 8 * st;
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kDqk);
+      __syncwarp();  // the expected bytes are announced before any copy can complete
+      const uint32_t dst = base + kOffStages + st * kStageBytes;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (copy[h]) bulk_copy_g2s(dst + (lane + 32 * h) * km::kRowBytes, src[h], kDqk, full);
+    }
+  }
+}
+
+// ---- consumers ----------------------------------------------------------------------------------
+// Thread t of warpgroup c: warp w = t / 32, g = (t % 32) / 4, q4 = t % 4. Its accumulator
+// registers i (S^T: 16; O^T: 16 per m-tile) hold rows 16 w + g + 8 ((i / 2) % 2) and the query
+// rows (columns) n = 8 (i / 4) + 2 q4 + i % 2, i.e. column slot k = 2 (i / 4) + i % 2 of the
+// thread's 8 columns n_k = 8 (k / 2) + 2 q4 + k % 2.
+__device__ __forceinline__ int col_of_slot(int q4, int k) { return 8 * (k / 2) + 2 * q4 + k % 2; }
+__device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; }
+
+// Q of the row tile (32 rows) into shared memory: f16, feature f of row n at column
+// km::q_store_col(f) of the 32-row swizzled tile; rows past the sequence's rows zero (masked).
+// An fp8 q is exact in f16; q_scale stays in the softmax constant.
+__device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
+                                       uint8_t* base_ptr, int ct) {
+  constexpr int kPieces = kDqk / 16;  // 16-byte pieces (features 16 u ..) per row
+  for (int idx = ct; idx < kN * kPieces; idx += kConsumerThreads) {
+    const int n = idx / kPieces, f0 = 16 * (idx % kPieces), r = tp.r0 + n;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (n < tp.rows_here) {
+      const uint8_t* src = static_cast<const uint8_t*>(p.q) + static_cast<int64_t>(s.qb + r / p.H) * p.q_s0 +
+                           static_cast<int64_t>(r % p.H) * p.q_s1 + static_cast<int64_t>(f0) * p.q_s2;
+      if (p.q_vec) {
+        const uint2 lo = __ldg(reinterpret_cast<const uint2*>(src)), hi = __ldg(reinterpret_cast<const uint2*>(src + 8));
+        v = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      } else {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int k = 0; k < 16; ++k) w[k / 4] |= static_cast<uint32_t>(src[k * p.q_s2]) << (8 * (k % 4));
+        v = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    // Bytes 4 rr .. 4 rr + 3 of the piece are features f0 + 4 rr + j: columns c, c + 1, c + 8, c + 9.
+#pragma unroll
+    for (int rr = 0; rr < 4; ++rr) {
+      const uint32_t word = word_of(v, rr);
+      const int c0 = km::q_store_col(f0 + 4 * rr);
+      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0)) = fp8x2_to_f16x2(word & 0xffffu);
+      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0 + 8)) = fp8x2_to_f16x2(word >> 16);
+    }
+  }
+}
+
+// S^T of one tile into sc (retired on return, with every older wgmma of the warpgroup). The
+// 36 k-steps go in 18 groups of 2: a group's A registers are reused two groups later, after
+// wait_group 1 (groups of 4 held 16 more registers live, and ptxas then spilled accumulators of
+// the PV still in flight and serialised the wgmmas, C7514).
+__device__ __forceinline__ void qk_tile(float (&sc)[16], uint32_t tile, uint32_t q_lo, int t) {
+  const uint32_t row0 = tile + km::qk_key(t, 0) * km::kRowBytes + km::qk_load_offset(0, t);
+  const uint32_t row1 = tile + km::qk_key(t, 1) * km::kRowBytes + km::qk_load_offset(0, t);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) sc[i] = 0.0f;
+  uint4 x0 = lds128(row0), x1 = lds128(row1);
+#pragma unroll
+  for (int q = 0; q < kDqk / 64; ++q) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {  // k-step 4 q + rr: registers j from half j % 2, bytes 4 rr + 2 (j / 2)
+        const int rr = 2 * hh + u;
+        const uint32_t w0 = word_of(x0, rr), w1 = word_of(x1, rr);
+        a[u][0] = fp8x2_to_f16x2(w0 & 0xffffu);
+        a[u][1] = fp8x2_to_f16x2(w1 & 0xffffu);
+        a[u][2] = fp8x2_to_f16x2(w0 >> 16);
+        a[u][3] = fp8x2_to_f16x2(w1 >> 16);
+      }
+      if (hh == 1 && q + 1 < kDqk / 64) {
+        x0 = lds128(row0 + km::qk_load_offset(q + 1, 0));
+        x1 = lds128(row1 + km::qk_load_offset(q + 1, 0));
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+        wgmma_m64n32k16_rs<true>(sc, a[u], desc_of(q_lo + k_step_lo(4 * q + 2 * hh + u)), q + hh + u > 0 ? 1 : 0);
+      wgmma_commit();
+      wgmma_wait<1>();  // the group before (its A registers are reused by the next conversion)
+    }
+  }
+  wgmma_wait<0>();
+  fence_operands(sc);
+}
+
+// O^T += V^T P^T over one tile (4 k-steps of 16 keys, 8 m-tiles each in two groups of 4); P^T
+// hi at pt_lo's descriptor, lo kPtBytes further (kSplitP). The stage is released after the last
+// conversion.
+template <bool kSplitP>
+__device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32_t pt_lo, uint32_t empty, int t) {
+  const int lane = t % 32;
+  // The key at position 16 ks + 8 h + 2 q4 + lohi is row 16 ks + 8 h + key_of_position(2 q4 + lohi):
+  // one base per lohi, the rest immediates.
+  uint32_t rows[2];
+#pragma unroll
+  for (int lohi = 0; lohi < 2; ++lohi) rows[lohi] = tile + km::pv_key(0, t, 0, lohi) * km::kRowBytes + km::pv_load_offset(t);
+#pragma unroll
+  for (int ks = 0; ks < km::kPvSteps; ++ks) {
+    uint4 x[2][2];  // [h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of the k-step
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + (16 * ks + 8 * h) * km::kRowBytes);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      uint32_t a[4][4];
+#pragma unroll
+      for (int mm = 0; mm < 4; ++mm) {
+        const int mt = 4 * half + mm, b = km::pv_reg_byte(mt, 0);  // bytes b, b + 1 of each key's load
+        const uint32_t sel = (b % 4) | (4 + b % 4) << 4 | (b % 4 + 1) << 8 | (5 + b % 4) << 12;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t pair = __byte_perm(word_of(x[h][0], b / 4), word_of(x[h][1], b / 4), sel);
+          a[mm][2 * h] = fp8x2_to_f16x2(pair & 0xffffu);
+          a[mm][2 * h + 1] = fp8x2_to_f16x2(pair >> 16);
+        }
+      }
+      if (ks == km::kPvSteps - 1 && half == 1) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty);  // every byte of the tile this warp reads is in registers
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int mm = 0; mm < 4; ++mm) wgmma_m64n32k16_rs<true>(o[4 * half + mm], a[mm], desc_of(pt_lo + k_step_lo(ks)), 1);
+      if constexpr (kSplitP) {
+#pragma unroll
+        for (int mm = 0; mm < 4; ++mm)
+          wgmma_m64n32k16_rs<true>(o[4 * half + mm], a[mm], desc_of(pt_lo + (kPtBytes >> 4) + k_step_lo(ks)), 1);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+    }
+  }
+  // Retired here, not by the next QK's first wait: a group pending across the loop made ptxas
+  // serialise every wgmma (C7514).
+  wgmma_wait<0>();
+}
+
+template <bool kSplitP>
+__device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
+                                         uint8_t* base_ptr, int c, int t) {
+  const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
+  float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
+  float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [2][m, l][32]
+  int* lim_s = reinterpret_cast<int*>(base_ptr + kOffLim);
+  uint8_t* pt = base_ptr + kOffPt + c * 2 * kPtBytes;
+  const uint32_t pt_lo = sw128_lo(base + kOffPt + c * 2 * kPtBytes), q_lo = sw128_lo(base + kOffQ);
+  uint32_t ti_run = 0;
+  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+    const TilePlan tp = tile_plan(p, s, mt);
+    named_bar_sync(kBarQ, kConsumerThreads);  // every QK (and lim read) of the previous row tile retired
+    if (tp.ntiles > 0) {
+      if (c == 0 && t < kN) {  // causal limit (keys < lim) of each column; 0 for padded rows
+        const int r = tp.r0 + t;
+        lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
+      }
+      load_q(p, s, tp, base_ptr, t + 128 * c);
+      fence_proxy_async();
+      named_bar_sync(kBarQ, kConsumerThreads);
+    }
+
+    float o[8][16];
+#pragma unroll
+    for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+      for (int i = 0; i < 16; ++i) o[mm][i] = 0.0f;
+    float m[8], l[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m[k] = -INFINITY, l[k] = 0.0f;
+
+    for (int j = c; j < tp.ntiles; j += 2) {
+      const uint32_t ti = ti_run + static_cast<uint32_t>(j);
+      const int st = static_cast<int>(ti % kStages);
+      mbar_wait(base + kBarFull + 8 * st, (ti / kStages) & 1);
+      const uint32_t tile = base + kOffStages + st * kStageBytes;
+      float sc[16];
+      qk_tile(sc, tile, q_lo, t);
+#pragma unroll
+      for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
+
+      // Softmax along the keys (base 2; masked keys -inf; m_use 0 while nothing is attended).
+      const int kv0 = s.begin + j * kKeys;
+      float mx[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) mx[k] = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int k = slot_of_reg(i), key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2));
+        const bool ok = key < tp.kv_end && key < lim_s[col_of_slot(q4, k)];
+        sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
+        mx[k] = fmaxf(mx[k], sc[i]);
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
+      }
+      if (g == 0) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = mx[k];
+      }
+      named_bar_sync(kBarMax + c, 128);
+      float alpha[8];
+      bool grew = false;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int n = col_of_slot(q4, k);
+        const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kN + n]), fmaxf(colmax[2 * kN + n], colmax[3 * kN + n]));
+        alpha[k] = 1.0f;
+        if (tile_max > m[k] + kRescaleSlack) {  // (m = -inf: any attended key)
+          const float m_new = fmaxf(m[k], tile_max);
+          alpha[k] = exp2f(m[k] - m_new);  // 0 while nothing was attended
+          m[k] = m_new;
+          l[k] *= alpha[k];
+          grew = true;
+        }
+      }
+      if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+        for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+          for (int i = 0; i < 16; ++i) o[mm][i] *= alpha[slot_of_reg(i)];
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int k = slot_of_reg(i), pos = 16 * w + g + 8 * ((i / 2) % 2);
+        const float pv = exp2f(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
+        l[k] += pv;
+        const __half hi = __float2half_rn(pv);
+        const uint32_t off = sw128_offset(kN, col_of_slot(q4, k), pos);
+        *reinterpret_cast<__half*>(pt + off) = hi;
+        if constexpr (kSplitP) *reinterpret_cast<__half*>(pt + kPtBytes + off) = __float2half_rn(pv - __half2float(hi));
+      }
+      fence_proxy_async();  // P^T (generic stores) -> the async proxy of the wgmma
+      named_bar_sync(kBarP + c, 128);
+      pv_tile<kSplitP>(o, tile, pt_lo, base + kBarEmpty + 8 * st, t);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
+    ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
+
+    // Row sums of the warpgroup: the thread's rows, the 8 lanes g, then the 4 warps (colmax is
+    // free: every warp passed the P barrier after its last read).
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
+    }
+    if (g == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = l[k];
+    }
+    named_bar_sync(kBarMax + c, 128);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int n = col_of_slot(q4, k);
+      l[k] = (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
+    }
+    if (w == 0 && g == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        ml[c * 2 * kN + col_of_slot(q4, k)] = m[k];
+        ml[c * 2 * kN + kN + col_of_slot(q4, k)] = l[k];
+      }
+    }
+    named_bar_sync(kBarMerge, kConsumerThreads);  // both warpgroups: tiles consumed, m and l published
+    // The merge: both halves on the larger maximum. Warpgroup 0 writes features 0 .. 255 (its
+    // warps 0, 1; warpgroup 1's warps 0, 1 hold the same features), warpgroup 1 features 256 ..
+    float f_mine[8], m_ref[8], l_all[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int n = col_of_slot(q4, k);
+      const float m_o = ml[(c ^ 1) * 2 * kN + n], l_o = ml[(c ^ 1) * 2 * kN + kN + n];
+      const float m_star = fmaxf(m[k], m_o);
+      m_ref[k] = m_star == -INFINITY ? 0.0f : m_star;
+      f_mine[k] = exp2f((m[k] == -INFINITY ? 0.0f : m[k]) - m_ref[k]);
+      const float f_o = exp2f((m_o == -INFINITY ? 0.0f : m_o) - m_ref[k]);
+      l_all[k] = l[k] * f_mine[k] + l_o * f_o;
+    }
+    const bool writer = (w / 2) == c;  // this thread writes the output of its features
+    float* xch = reinterpret_cast<float*>(base_ptr + kOffStages) + (w / 2) * 64 * 128;  // [128 values][64 threads]
+    const int xt = t % 64;
+    if (!writer) {
+#pragma unroll
+      for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) xch[(16 * mm + i) * 64 + xt] = o[mm][i] * f_mine[slot_of_reg(i)];
+    }
+    named_bar_sync(kBarMerge, kConsumerThreads);
+    if (writer) {
+#pragma unroll
+      for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+        for (int i = 0; i < 16; ++i) o[mm][i] = o[mm][i] * f_mine[slot_of_reg(i)] + xch[(16 * mm + i) * 64 + xt];
+      const int f0 = 16 * (8 * w + g);  // the thread's 16 features: f0 + 2 mt + (row half)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int n = col_of_slot(q4, k);
+        if (n >= tp.rows_here) continue;
+        float scale, lse2;
+        if (s.bad_len) {
+          scale = lse2 = NAN;
+        } else if (l_all[k] > 0.0f || l_all[k] != l_all[k]) {
+          scale = p.out_scale / l_all[k];
+          lse2 = m_ref[k] + log2f(l_all[k]);
+        } else {  // nothing attended
+          scale = 0.0f;
+          lse2 = -INFINITY;
+        }
+        float v[16];  // features f0 + e
+#pragma unroll
+        for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
+        const int r = tp.r0 + n;
+        const bool lse_writer = c == 0 && w == 0 && g == 0;
+        if (p.splits == 1) {
+          uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
+          uint32_t pk[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) pk[e] = pack_bf16x2(v[2 * e], v[2 * e + 1]);
+          if (p.o_vec) {
+            *reinterpret_cast<uint4*>(orow + f0) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+            *reinterpret_cast<uint4*>(orow + f0 + 8) = make_uint4(pk[4], pk[5], pk[6], pk[7]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+              orow[(f0 + e) * p.o_s2] = static_cast<uint16_t>(e % 2 == 0 ? pk[e / 2] & 0xffffu : pk[e / 2] >> 16);
+          }
+          if (p.lse && lse_writer)
+            p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
+        } else {
+          const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+          float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dst[e] = make_float4(v[4 * e], v[4 * e + 1], v[4 * e + 2], v[4 * e + 3]);
+          if (lse_writer) p.ws_lse[grow] = lse2;
+        }
+      }
+    }
+    if (mt + static_cast<int>(gridDim.x) < s.row_tiles) {
+      // The exchange area is the producer's again (generic writes, then its bulk copies).
+      fence_proxy_async();
+      named_bar_arrive(kBarRowTile, kConsumerThreads + 32);
+    }
+  }
+}
+
+template <bool kSplitP>
+__global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t raw_addr = smem_u32(smem_raw);
+  const uint32_t base = (raw_addr + 1023u) & ~1023u;
+  uint8_t* base_ptr = smem_raw + (base - raw_addr);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
+  if (p.combine_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbar_init(base + kBarFull + 8 * st, 1);   // the producer's lane 0 (+ transaction bytes)
+      mbar_init(base + kBarEmpty + 8 * st, 4);  // the owning warpgroup's warps
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Sequence metadata as v1 / v2 (bad offsets leave the rows unwritten, a bad length writes NaN
+  // rows), splits rounded up to whole 64-key tiles.
+  SeqPlan s;
+  s.qb = p.q_start[b * p.qs_s0];
+  const int qe = p.q_start[(b + 1) * p.qs_s0];
+  if (s.qb < 0 || qe < s.qb || qe > p.Tq) return;
+  s.n = qe - s.qb;
+  s.L = p.seq_lens[b * p.sl_s0];
+  s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
+  s.rows_b = s.n * p.H;
+  s.row_tiles = (s.rows_b + kN - 1) / kN;
+  const int chunk = s.bad_len ? 0 : ((s.L + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
+  s.begin = split * chunk;
+  s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
+
+  if (tid >= kConsumerThreads) {
+    sm90::setmaxnreg_dec<kProducerRegs>();
+    if (tid < kConsumerThreads + 32) producer(p, b, s, base, base_ptr, tid % 32);
+  } else {
+    sm90::setmaxnreg_inc<kConsumerRegs>();
+    consumer<kSplitP>(p, s, split, base, base_ptr, tid / 128, tid % 128);
+  }
+}
+
+template <bool kSplitP>
+void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
+  static const char tag = 0;  // one per instantiation
+  once_per_device(&tag, [] {
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
+  });
+  mla_attention_keys_m_kernel<kSplitP><<<grid, kThreads, kSmemBytes, s>>>(p);
+  KESTREL_LAUNCHED(kSplitP ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
+                           : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
+}
+
+}  // namespace
+
+void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, cudaStream_t s) {
+  if (split_p) {
+    launch<true>(p, grid, s);
+  } else {
+    launch<false>(p, grid, s);
+  }
+}
+
+}  // namespace kestrel::ops::cuda
