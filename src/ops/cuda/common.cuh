@@ -78,6 +78,19 @@ inline int checked_int(int64_t v, const char* op, const char* what) {
   return static_cast<int>(v);
 }
 
+// The MUFU forms (one SFU instruction each): ex2.approx.ftz, relative error <= 2^-22 (results
+// below 2^-126 flush to 0); lg2.approx.ftz, absolute error <= 2^-22 near 1.
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float lg2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Sum over a block of `kThreads` threads; every thread gets the result.
 template <int kThreads>
 __device__ __forceinline__ float block_sum(float v, float* scratch /* [32] shared */) {

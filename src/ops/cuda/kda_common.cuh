@@ -57,20 +57,10 @@ __device__ __forceinline__ float gate(float a, float exp_a_log, bool has_lb, flo
   return lb * sigmoid(exp_a_log * a);
 }
 
-// The MUFU forms (one SFU instruction each): ex2.approx.ftz, relative error <= 2^-22 (results
-// below 2^-126 flush to 0, where expf gave a denormal); lg2.approx.ftz, absolute error <= 2^-22
-// near 1. CUDA's accurate expf is ~8 instructions and log1pf ~25.
+// The MUFU forms ex2 and lg2 (common.cuh): CUDA's accurate expf is ~8 instructions and log1pf ~25.
+using cuda::ex2;
+using cuda::lg2;
 inline constexpr float kLog2e = 1.4426950408889634f;
-__device__ __forceinline__ float ex2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float lg2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // The gate above in base 2, g / ln 2, from the MUFU forms. softplus(a) / ln 2 = log2(1 + e^a),
 // e^a = 2^(a log2e): below e^a = 1/16 the series e (1 - e/2 + e^2/3 - e^3/4) log2e (relative

@@ -14,12 +14,12 @@
 // loops over row tiles mt = blockIdx.x, + gridDim.x, ...; KV tiles of 64 positions, splits
 // rounded to whole tiles.
 //
-// Roles (384 threads; setmaxnreg: 232 registers for the consumers, 40 for the producer):
+// Roles (384 threads; setmaxnreg: 232 registers for the consumers, 40 for the producers):
 //   warps 0-7, two consumer warpgroups c = 0, 1 that own alternate KV tiles (c takes tiles
 //     c, c + 2, ...), each with its own running maxima m, sums l and O^T (512 x 32: 128 f32 per
 //     thread), merged once at the end of a row tile (the split combine's formula inside the
 //     CTA). Nothing passes between them per tile.
-//   warp 8 (the first of the producer warpgroup; the other three exit): per tile, one cp.async.bulk per cache row (576 bytes into a 608-byte
+//   warps 8-11, the producers: per tile, one cp.async.bulk per cache row (16 rows a warp; 576 bytes into a 608-byte
 //     row: km::kRowBytes, the stride that makes both products' 16-byte loads conflict-free),
 //     completing on the stage's `full`; rows past the end are zeros and rows of a page outside
 //     the cache e4m3 NaN (0x7F), written by the producer before its arrival.
@@ -48,8 +48,8 @@
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32, mbarriers full[4], empty[4].
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
-//   full[ti % 4]   count 1 + tx: the producer's lane 0 arrive.expect_tx(576 x rows copied) after
-//                  its lanes wrote the rows that are not copies; the copies complete_tx. The
+//   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
+//                  after its lanes wrote the rows that are not copies; the copies complete_tx. The
 //                  owning warpgroup waits parity (ti / 4) & 1.
 //   empty[ti % 4]  count 4: each warp of the owning warpgroup, after its last conversion of the
 //                  tile. The producer waits parity ((ti / 4) & 1) ^ 1 before refilling.
@@ -61,8 +61,8 @@
 //                  after every warp's wait_group 0 that retired PV(j).
 //   merge (6, 256) both warpgroups: their tiles consumed and m, l published; again after the
 //                  exchange of O^T halves through the first 64 KB of the stages.
-//   row tile (7, 288) the consumers arrive after a row tile's merge when the CTA has another;
-//                  the producer syncs before filling that one's tiles (the exchange area).
+//   row tile (7, 384) the consumers arrive after a row tile's merge when the CTA has another;
+//                  the producers sync before filling that one's tiles (the exchange area).
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -106,9 +106,8 @@ using sm90::sw128_offset;
 constexpr int kN = 32;  // query rows per CTA: the N of both products
 static_assert(sm90::kKeys == kN, "Q and P^T use the 32-row swizzled arrangement of sm90's KV tile");
 constexpr int kKeys = km::kKeys;  // 64 keys per tile
-// A producer warpgroup although one warp of it works: registers are granted per warpgroup
-// (ptxas sizes a 288-thread kernel as 384 threads: 168 registers), and setmaxnreg moves the
-// idle ones to the consumers.
+// A producer warpgroup: registers are granted per warpgroup (ptxas sized a kernel of one
+// producer warp, 288 threads, as 384: 168 registers), and setmaxnreg moves them to the consumers.
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
@@ -134,7 +133,7 @@ static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0
 static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes <= 232448, "shared memory");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 
-constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7;
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
 
 struct SeqPlan {
   int qb, n, L, rows_b, row_tiles, begin, end;
@@ -155,6 +154,25 @@ __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
+// Four e4m3 bytes -> two f16x2 registers: `lo` from bytes 0, 1 and `hi` from bytes 2, 3 (first in
+// the low half), exact. The halves go to cvt.rn.f16x2.e4m3x2 as b16 register halves, so no
+// shift is needed for the upper pair.
+__device__ __forceinline__ void fp8x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint32_t& hi) {
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+}
+
+// bar.red.or over `count` threads of named barrier `id`: whether any of them passed true.
+__device__ __forceinline__ bool named_bar_or(int id, int count, bool v) {
+  uint32_t r;
+  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+               : "=r"(r)
+               : "r"(static_cast<uint32_t>(v)), "r"(id), "r"(count)
+               : "memory");
+  return r != 0;
+}
+
 // 16 bytes at a shared-memory address (32-bit: a base register plus an immediate, where generic
 // 64-bit pointers held two registers per row and made the consumers spill).
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
@@ -163,49 +181,40 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
-// ---- producer warp ---------------------------------------------------------------------------------
+// ---- producer warpgroup ----------------------------------------------------------------------------
+// Warp pw (0 .. 3) copies rows 16 pw .. 16 pw + 15 of each tile, one per lane 0 .. 15, and arrives
+// on `full` once (count 4) with the bytes it copies. The copies of a warp issue one lane at a
+// time (the compiler loops over the active lanes): with one warp copying all 64 rows the
+// consumers waited on `full` for 41% of their samples (Nsight, H200, B128 8k H32).
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
-                                         uint8_t* base_ptr, int lane) {
+                                         uint8_t* base_ptr, int pw, int lane) {
+  const int row = 16 * pw + (lane & 15);
+  const bool mine = lane < 16;
   uint32_t ti = 0;
   bool first = true;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan(p, s, mt);
-    if (!first) named_bar_sync(kBarRowTile, kConsumerThreads + 32);  // the consumers are done with the exchange area
+    if (!first) named_bar_sync(kBarRowTile, kThreads);  // the consumers are done with the exchange area
     first = false;
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
-      const int st = static_cast<int>(ti % kStages), pos0 = s.begin + j * kKeys;
-      const uint8_t* src[2];
-      bool copy[2], nan[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int pos = pos0 + lane + 32 * h;
-        nan[h] = false;
-        src[h] = pos < tp.kv_end ? kv_row(p, b, pos, nan[h]) : nullptr;
-        copy[h] = src[h] != nullptr;
-      }
+      const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys + row;
+      bool nan = false;
+      const uint8_t* src = mine && pos < tp.kv_end ? kv_row(p, b, pos, nan) : nullptr;
+      const bool copy = src != nullptr;
       mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
-      uint8_t* stage = base_ptr + kOffStages + st * kStageBytes;
-      bool filled = false;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (copy[h]) continue;
-        const uint32_t f = nan[h] ? 0x01010101u * kE4m3Nan : 0u;
-        uint4* row = reinterpret_cast<uint4*>(stage + (lane + 32 * h) * km::kRowBytes);
+      if (mine && !copy) {  // past the end: zeros; a page outside the cache: e4m3 NaN
+        const uint32_t f = nan ? 0x01010101u * kE4m3Nan : 0u;
+        uint4* dst = reinterpret_cast<uint4*>(base_ptr + kOffStages + st * kStageBytes + row * km::kRowBytes);
 #pragma unroll 4
-        for (int u = 0; u < kDqk / 16; ++u) row[u] = make_uint4(f, f, f, f);
-        filled = true;
+        for (int u = 0; u < kDqk / 16; ++u) dst[u] = make_uint4(f, f, f, f);
+        fence_proxy_async();  // (generic writes where the async proxy wrote before and will again)
       }
-      // (generic writes where the async proxy wrote before and will write again)
-      if (filled) fence_proxy_async();
-      const int copies = __popc(__ballot_sync(0xffffffffu, copy[0])) + __popc(__ballot_sync(0xffffffffu, copy[1]));
+      const int copies = __popc(__ballot_sync(0xffffffffu, copy));
       __syncwarp();  // the filled rows before lane 0's arrival (release)
       const uint32_t full = base + kBarFull + 8 * st;
       if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kDqk);
       __syncwarp();  // the expected bytes are announced before any copy can complete
-      const uint32_t dst = base + kOffStages + st * kStageBytes;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (copy[h]) bulk_copy_g2s(dst + (lane + 32 * h) * km::kRowBytes, src[h], kDqk, full);
+      if (copy) bulk_copy_g2s(base + kOffStages + st * kStageBytes + row * km::kRowBytes, src, kDqk, full);
     }
   }
 }
@@ -243,10 +252,11 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPla
     // Bytes 4 rr .. 4 rr + 3 of the piece are features f0 + 4 rr + j: columns c, c + 1, c + 8, c + 9.
 #pragma unroll
     for (int rr = 0; rr < 4; ++rr) {
-      const uint32_t word = word_of(v, rr);
+      uint32_t lo, hi;
+      fp8x4_to_f16x2x2(word_of(v, rr), lo, hi);
       const int c0 = km::q_store_col(f0 + 4 * rr);
-      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0)) = fp8x2_to_f16x2(word & 0xffffu);
-      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0 + 8)) = fp8x2_to_f16x2(word >> 16);
+      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0)) = lo;
+      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0 + 8)) = hi;
     }
   }
 }
@@ -269,11 +279,8 @@ __device__ __forceinline__ void qk_tile(float (&sc)[16], uint32_t tile, uint32_t
 #pragma unroll
       for (int u = 0; u < 2; ++u) {  // k-step 4 q + rr: registers j from half j % 2, bytes 4 rr + 2 (j / 2)
         const int rr = 2 * hh + u;
-        const uint32_t w0 = word_of(x0, rr), w1 = word_of(x1, rr);
-        a[u][0] = fp8x2_to_f16x2(w0 & 0xffffu);
-        a[u][1] = fp8x2_to_f16x2(w1 & 0xffffu);
-        a[u][2] = fp8x2_to_f16x2(w0 >> 16);
-        a[u][3] = fp8x2_to_f16x2(w1 >> 16);
+        fp8x4_to_f16x2x2(word_of(x0, rr), a[u][0], a[u][2]);
+        fp8x4_to_f16x2x2(word_of(x1, rr), a[u][1], a[u][3]);
       }
       if (hh == 1 && q + 1 < kDqk / 64) {
         x0 = lds128(row0 + km::qk_load_offset(q + 1, 0));
@@ -318,9 +325,8 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32
         const uint32_t sel = (b % 4) | (4 + b % 4) << 4 | (b % 4 + 1) << 8 | (5 + b % 4) << 12;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint32_t pair = __byte_perm(word_of(x[h][0], b / 4), word_of(x[h][1], b / 4), sel);
-          a[mm][2 * h] = fp8x2_to_f16x2(pair & 0xffffu);
-          a[mm][2 * h + 1] = fp8x2_to_f16x2(pair >> 16);
+          fp8x4_to_f16x2x2(__byte_perm(word_of(x[h][0], b / 4), word_of(x[h][1], b / 4), sel), a[mm][2 * h],
+                           a[mm][2 * h + 1]);
         }
       }
       if (ks == km::kPvSteps - 1 && half == 1) {
@@ -356,6 +362,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan(p, s, mt);
+    const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
     named_bar_sync(kBarQ, kConsumerThreads);  // every QK (and lim read) of the previous row tile retired
     if (tp.ntiles > 0) {
       if (c == 0 && t < kN) {  // causal limit (keys < lim) of each column; 0 for padded rows
@@ -386,54 +393,70 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
       for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
 
-      // Softmax along the keys (base 2; masked keys -inf; m_use 0 while nothing is attended).
+      // Softmax along the keys (base 2; masked keys -inf; m_use 0 while nothing is attended). A
+      // tile below every live row's causal limit and the split's end needs no mask (padded rows
+      // then see their zero Q's scores: finite, never stored).
       const int kv0 = s.begin + j * kKeys;
-      float mx[8];
+      if (kv0 + kKeys <= tp.kv_end && kv0 + kKeys <= lim_first) {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) mx[k] = -INFINITY;
+        for (int i = 0; i < 16; ++i) sc[i] *= p.scale_log2;
+      } else {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int k = slot_of_reg(i), key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2));
-        const bool ok = key < tp.kv_end && key < lim_s[col_of_slot(q4, k)];
-        sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
-        mx[k] = fmaxf(mx[k], sc[i]);
-      }
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
-      }
-      if (g == 0) {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = mx[k];
-      }
-      named_bar_sync(kBarMax + c, 128);
-      float alpha[8];
-      bool grew = false;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int n = col_of_slot(q4, k);
-        const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kN + n]), fmaxf(colmax[2 * kN + n], colmax[3 * kN + n]));
-        alpha[k] = 1.0f;
-        if (tile_max > m[k] + kRescaleSlack) {  // (m = -inf: any attended key)
-          const float m_new = fmaxf(m[k], tile_max);
-          alpha[k] = exp2f(m[k] - m_new);  // 0 while nothing was attended
-          m[k] = m_new;
-          l[k] *= alpha[k];
-          grew = true;
+        for (int i = 0; i < 16; ++i) {
+          const int key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2));
+          const bool ok = key < tp.kv_end && key < lim_s[col_of_slot(q4, slot_of_reg(i))];
+          sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
         }
       }
-      if (__any_sync(0xffffffffu, grew)) {
+      // Lazy rescaling: the column maxima are exchanged only when some score of the warpgroup
+      // exceeds its column's m by more than the slack (m = -inf: any attended key); the common
+      // tile costs one bar.red instead of shuffles, a barrier and shared-memory traffic.
+      bool above = false;
 #pragma unroll
-        for (int mm = 0; mm < 8; ++mm)
+      for (int i = 0; i < 16; ++i) above |= sc[i] > m[slot_of_reg(i)] + kRescaleSlack;
+      if (named_bar_or(kBarVote + c, 128, above)) {
+        float mx[8];
 #pragma unroll
-          for (int i = 0; i < 16; ++i) o[mm][i] *= alpha[slot_of_reg(i)];
+        for (int k = 0; k < 8; ++k) mx[k] = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) mx[slot_of_reg(i)] = fmaxf(mx[slot_of_reg(i)], sc[i]);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
+        }
+        if (g == 0) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = mx[k];
+        }
+        named_bar_sync(kBarMax + c, 128);
+        float alpha[8];
+        bool grew = false;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int n = col_of_slot(q4, k);
+          const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kN + n]), fmaxf(colmax[2 * kN + n], colmax[3 * kN + n]));
+          alpha[k] = 1.0f;
+          if (tile_max > m[k] + kRescaleSlack) {
+            const float m_new = fmaxf(m[k], tile_max);
+            alpha[k] = exp2f(m[k] - m_new);  // 0 while nothing was attended
+            m[k] = m_new;
+            l[k] *= alpha[k];
+            grew = true;
+          }
+        }
+        if (__any_sync(0xffffffffu, grew)) {
+#pragma unroll
+          for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+            for (int i = 0; i < 16; ++i) o[mm][i] *= alpha[slot_of_reg(i)];
+        }
       }
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
         const int k = slot_of_reg(i), pos = 16 * w + g + 8 * ((i / 2) % 2);
-        const float pv = exp2f(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
+        const float pv = ex2(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
         l[k] += pv;
         const __half hi = __float2half_rn(pv);
         const uint32_t off = sw128_offset(kN, col_of_slot(q4, k), pos);
@@ -552,7 +575,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     if (mt + static_cast<int>(gridDim.x) < s.row_tiles) {
       // The exchange area is the producer's again (generic writes, then its bulk copies).
       fence_proxy_async();
-      named_bar_arrive(kBarRowTile, kConsumerThreads + 32);
+      named_bar_arrive(kBarRowTile, kThreads);
     }
   }
 }
@@ -568,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
   if (p.combine_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) {
-      mbar_init(base + kBarFull + 8 * st, 1);   // the producer's lane 0 (+ transaction bytes)
+      mbar_init(base + kBarFull + 8 * st, 4);   // each producer warp's lane 0 (+ transaction bytes)
       mbar_init(base + kBarEmpty + 8 * st, 4);  // the owning warpgroup's warps
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -592,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
-    if (tid < kConsumerThreads + 32) producer(p, b, s, base, base_ptr, tid % 32);
+    producer(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     consumer<kSplitP>(p, s, split, base, base_ptr, tid / 128, tid % 128);
