@@ -38,6 +38,7 @@ void add_mla_attention_benches(Registry& r) {
     Case c;
     c.name = str(kernel == ops::MlaAttentionKernel::mma_sync       ? "mla_attention_v1/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
+                 : kernel == ops::MlaAttentionKernel::wgmma        ? "mla_attention_v2/"
                                                                    : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
                  fp8_q ? "-qfp8" : "", fast ? "-fastP" : "");
@@ -105,10 +106,14 @@ void add_mla_attention_benches(Registry& r) {
     for (const int64_t q_len : {1, 4})
       for (const auto precision : {ops::MlaAttentionPrecision::exact, fast})
         add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, ops::MlaAttentionKernel::wgmma_keys_m, precision);
-  for (const int64_t B : {1, 32}) add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, 32768, ops::MlaAttentionKernel::wgmma_keys_m, fast);
-  for (const int64_t B : {1, 32}) add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, 32768, automatic, fast);
-  add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, 128, 32768, ops::MlaAttentionKernel::wgmma_keys_m, fast);
-  add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, 128, 32768, automatic, fast);
+  // The H 32 decode over the batch and context grid, both kernels (automatic is v2 there
+  // unless the rule picks v3), P rounded once.
+  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
+    for (const int64_t B : {1, 8, 32, 128})
+      for (const int64_t ctx : {1024, 8192, 32768}) {
+        if (kernel == ops::MlaAttentionKernel::wgmma_keys_m && B == 128 && ctx == 8192) continue;  // above
+        add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, ctx, kernel, fast);
+      }
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

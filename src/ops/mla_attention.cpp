@@ -113,9 +113,17 @@ bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits) {
   return (kv_len + splits - 1) / splits <= kMlaAttentionQTensorMaxKeys;
 }
 
-MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor) {
+// The keys-as-M kernel streams an fp8 cache 1.5-1.7x faster than v2 for the H 32 decode from
+// B = 8 at 8k keys up (B128 8k: 211 against 349 us with P rounded once); with more rows per
+// sequence its 32-row CTAs read the cache several times (H 128, verify 4: 0.94x), and short calls
+// lose to v2's shorter start (B 1: 0.85-0.98x, B 8 at 1k: 0.88x; H200, docs/perf.md).
+MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
+                                             bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len) {
   if (requested != MlaAttentionKernel::automatic) return requested;
-  return cc_major == 9 && cc_minor == 0 ? MlaAttentionKernel::wgmma : MlaAttentionKernel::mma_sync;
+  if (!(cc_major == 9 && cc_minor == 0)) return MlaAttentionKernel::mma_sync;
+  if (fp8_cache_and_q && rows <= kMlaAttentionKeysMMaxRows && batch * kv_len >= kMlaAttentionKeysMMinKeys)
+    return MlaAttentionKernel::wgmma_keys_m;
+  return MlaAttentionKernel::wgmma;
 }
 
 Support mla_attention_supports(Backend b, const MlaAttentionArgs& a) {

@@ -82,18 +82,26 @@ Problem make(int64_t H, int64_t n, int64_t L, uint64_t seed) {
   return p;
 }
 
-// The CUDA kernel rule (pure, docs/ops/mla_attention.md): automatic is the WGMMA kernel on
-// compute capability 9.0 only; a forced kernel stays forced (supports() then says whether the
-// device can run it).
+// The CUDA kernel rule (pure, docs/ops/mla_attention.md): automatic is a WGMMA kernel on
+// compute capability 9.0 only (the keys-as-M one for large fp8 H 32 decodes); a forced kernel
+// stays forced (supports() then says whether the device and dtypes allow it).
 TEST(MlaAttentionRule, CudaKernelChoice) {
   using K = MlaAttentionKernel;
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 10, 0), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 12, 0), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0, true, 32, 128, 8192), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 10, 0, true, 32, 128, 8192), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 12, 0, false, 32, 1, 1024), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0, true, 32, 128, 8192), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6, false, 32, 1, 1024), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0, false, 128, 1, 64), K::wgmma_keys_m);
+  // The keys-as-M kernel: fp8 cache and q, at most 32 rows a sequence, at least 65536 keys.
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 8192), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 1, 128, 1024), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 128, 8192), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 8191), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 32768), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 9, true, 32, 128, 8192), K::mma_sync);
 }
 
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at

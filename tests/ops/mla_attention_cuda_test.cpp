@@ -123,15 +123,27 @@ class MlaAttentionCuda : public testing::Test {
   }
 };
 
-// The keys-as-M kernel runs when forced, with each precision's instantiation, and is refused
-// with the reason for what it does not take (a bf16 cache or a bf16 q).
-TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
-  Problem p = make(64, DType::fp8_e4m3, {100, 37, 700}, 5, 32);
+// An fp8 query for problem p (its bf16 q replaced).
+void use_fp8_q(Problem& p, uint64_t seed) {
   std::vector<uint8_t> q8(static_cast<size_t>(p.B() * p.H * kMlaRow));
-  std::mt19937_64 rng(6);
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : q8) x = f32_to_fp8_e4m3(u(rng));
   p.q = testing_util::upload(q8, {p.B(), p.H, kMlaRow}, DType::fp8_e4m3, Device::cuda);
+}
+
+// The keys-as-M kernel runs when forced, with each precision's instantiation, and is refused
+// with the reason for what it does not take (a bf16 cache or a bf16 q); the automatic choice
+// takes it for an fp8 H 32 decode of 8 x 8192 keys and keeps v2 for a short one (the rule:
+// mla_attention_cuda_kernel).
+TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
+  Problem p = make(64, DType::fp8_e4m3, {100, 37, 700}, 5, 32);
+  use_fp8_q(p, 6);
+  const auto short_auto = run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
+  EXPECT_TRUE(launched(short_auto, "mla_attention_sm90_kernel<fp8 cache, fp8 q, fast P>"));
+  Problem large = make(64, DType::fp8_e4m3, std::vector<int32_t>(8, 8192), 9, 32);
+  use_fp8_q(large, 10);
+  EXPECT_TRUE(launched(run(large, MlaAttentionKernel::automatic), "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
   const auto exact = run(p, MlaAttentionKernel::wgmma_keys_m, MlaAttentionPrecision::exact);
   EXPECT_TRUE(launched(exact, "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
   EXPECT_FALSE(launched(exact, "sm90"));

@@ -10,8 +10,8 @@
 namespace kestrel::ops {
 
 // Which CUDA kernel runs (the CPU backend ignores it). `automatic` follows the pure rule
-// mla_attention_cuda_kernel below; the other two force a kernel (tests cover both; a forced
-// kernel the device cannot run is NOT_SUPPORTED with the reason).
+// mla_attention_cuda_kernel below; the others force a kernel (tests cover each; a forced
+// kernel the device or the dtypes cannot run is NOT_SUPPORTED with the reason).
 enum class MlaAttentionKernel : uint8_t {
   automatic,
   mma_sync,  // v1: mma.sync m16n8k16, cp.async double buffer (src/ops/cuda/mla_attention.cu)
@@ -96,10 +96,16 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 }
 
 // The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
-// kernel stays as asked; `automatic` is the WGMMA kernel (v2) on compute capability 9.0 (the
-// sm_90a features it needs: wgmma, setmaxnreg, cp.async.bulk with mbarrier transactions) and
-// v1 elsewhere. v2 covers every call v1 supports (same limits), so there is no shape rule.
-MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor);
+// kernel stays as asked; `automatic` is, on compute capability 9.0 (the sm_90a features: wgmma,
+// setmaxnreg, cp.async.bulk with mbarrier transactions), the keys-as-M kernel (v3) for an fp8
+// cache with an fp8 q when a sequence plans at most kMlaAttentionKeysMMaxRows query rows (tokens
+// x heads: the H 32 decode) and the call streams at least kMlaAttentionKeysMMinKeys keys (batch x
+// the planning length), else the WGMMA kernel (v2); v1 elsewhere. v2 covers every call v1
+// supports (same limits).
+inline constexpr int64_t kMlaAttentionKeysMMaxRows = 32;
+inline constexpr int64_t kMlaAttentionKeysMMinKeys = 65536;
+MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
+                                             bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len);
 
 namespace cpu {
 void mla_attention(const MlaAttentionArgs& a);

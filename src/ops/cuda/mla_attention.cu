@@ -639,9 +639,11 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence, in row
   // tiles of 64 (v1, v2) or 32 (the keys-as-M kernel).
   const auto [cc_major, cc_minor] = compute_capability();
-  const MlaAttentionKernel kernel = mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor);
-  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? 32 : kRows;
   const int64_t q_plan = (Tq + B - 1) / B;
+  const MlaAttentionKernel kernel =
+      mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor, a.cache.dtype == DType::fp8_e4m3 && q_fp8,
+                                q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size);
+  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? 32 : kRows;
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
   const int sms = num_sms();
   const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms);
