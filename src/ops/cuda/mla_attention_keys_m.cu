@@ -620,7 +620,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
     producer(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
-    consumer<kSplitP>(p, s, split, base, base_ptr, tid / 128, tid % 128);
+    // The warpgroup index through a shuffle: the compiler then treats it as warp-uniform and keeps
+    // what derives from it (the P^T descriptors) in uniform registers (as an expression of tid,
+    // each PV wgmma's descriptor went through R2UR: 74 moves per tile).
+    consumer<kSplitP>(p, s, split, base, base_ptr, __shfl_sync(0xffffffffu, tid / 128, 0), tid % 128);
   }
 }
 
