@@ -113,10 +113,11 @@ bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits) {
   return (kv_len + splits - 1) / splits <= kMlaAttentionQTensorMaxKeys;
 }
 
-// The keys-as-M kernel streams an fp8 cache 1.5-1.7x faster than v2 for the H 32 decode from
-// B = 8 at 8k keys up (B128 8k: 211 against 349 us with P rounded once); with more rows per
-// sequence its 32-row CTAs read the cache several times (H 128, verify 4: 0.94x), and short calls
-// lose to v2's shorter start (B 1: 0.85-0.98x, B 8 at 1k: 0.88x; H200, docs/perf.md).
+// The keys-as-M kernel streams an fp8 cache 1.2-2.0x faster than v2 for the H 32 decode from
+// 32768 keys a call up (B 128 at 8k: 182 against 349 us with P rounded once; B 1 at 32k and B 32
+// at 1k about even); with more rows per sequence its 32-row CTAs read the cache several times
+// (H 128, verify 4: 0.97-1.03x), and shorter calls lose to v2's shorter start (B 1 at 1k-8k,
+// B 8 at 1k: 0.88-0.94x; H200, docs/perf.md).
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len) {
   if (requested != MlaAttentionKernel::automatic) return requested;

@@ -103,7 +103,7 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // the planning length), else the WGMMA kernel (v2); v1 elsewhere. v2 covers every call v1
 // supports (same limits).
 inline constexpr int64_t kMlaAttentionKeysMMaxRows = 32;
-inline constexpr int64_t kMlaAttentionKeysMMinKeys = 65536;
+inline constexpr int64_t kMlaAttentionKeysMMinKeys = 32768;
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len);
 
