@@ -288,6 +288,7 @@ __device__ __forceinline__ void qk_tile(float (&sc)[16], uint32_t tile, uint32_t
         x0 = lds128(row0 + km::qk_load_offset(q + 1, 0));
         x1 = lds128(row1 + km::qk_load_offset(q + 1, 0));
       }
+      if (q + hh == 0) wgmma_wait<0>();  // the previous tile's last PV group (see pv_tile)
       wgmma_fence();
 #pragma unroll
       for (int u = 0; u < kQkGroup; ++u)
@@ -312,12 +313,16 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32
 #pragma unroll
   for (int lohi = 0; lohi < 2; ++lohi) rows[lohi] = tile + km::pv_key(0, t, 0, lohi) * km::kRowBytes + km::pv_load_offset(t);
 #pragma unroll
-  for (int ks = 0; ks < km::kPvSteps; ++ks) {
-    uint4 x[2][2];  // [h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of the k-step
+  uint4 x[2][2];  // [h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of k-step ks
+  const auto load = [&](int ks) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
       for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + (16 * ks + 8 * h) * km::kRowBytes);
+  };
+  load(0);
+#pragma unroll
+  for (int ks = 0; ks < km::kPvSteps; ++ks) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       uint32_t a[4][4];
@@ -331,6 +336,9 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32
                            a[mm][2 * h + 1]);
         }
       }
+      // The next k-step's rows, right after this one's last use: in flight during the wgmmas and
+      // the wait below (loaded at the k-step's start, their latency stalled every conversion).
+      if (half == 1 && ks + 1 < km::kPvSteps) load(ks + 1);
       if (ks == km::kPvSteps - 1 && half == 1) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);  // every byte of the tile this warp reads is in registers
@@ -347,9 +355,9 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32
       wgmma_wait<kPvPending>();
     }
   }
-  // Retired here, not by the next QK's first wait: a group pending across the loop made ptxas
-  // serialise every wgmma (C7514).
-  wgmma_wait<0>();
+  // The last group stays in flight: the next QK retires it after its first loads and
+  // conversions (a wait there, before its first wgmma; one later, at its first wait_group 1,
+  // made ptxas serialise every wgmma, C7514), or the row tile's end does.
 }
 
 template <bool kSplitP>
