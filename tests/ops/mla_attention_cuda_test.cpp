@@ -232,6 +232,27 @@ TEST_F(MlaAttentionCuda, PageSizeAndModeDoNotChangeTheBits) {
     }
 }
 
+// The keys-as-M kernel copies row by row into 64-key tiles whatever the page size, so the page
+// size does not change its bits either (both precisions; tails inside a tile, several splits).
+TEST_F(MlaAttentionCuda, KeysMPageSizeDoesNotChangeTheBits) {
+  for (MlaAttentionPrecision pr : {MlaAttentionPrecision::exact, MlaAttentionPrecision::fast}) {
+    const std::string what = str("precision ", static_cast<int>(pr));
+    const std::vector<int32_t> lens = {700, 37, 2000, 1, 1024};
+    Problem by64 = make_paged(64, DType::fp8_e4m3, lens, 2048, 8, 32);
+    Problem by16 = make_paged(16, DType::fp8_e4m3, lens, 2048, 8, 32);
+    use_fp8_q(by64, 11);
+    use_fp8_q(by16, 11);
+    EXPECT_TRUE(launched(run(by64, MlaAttentionKernel::wgmma_keys_m, pr), "keys_m")) << what;
+    EXPECT_TRUE(launched(run(by16, MlaAttentionKernel::wgmma_keys_m, pr), "keys_m")) << what;
+    const std::vector<uint16_t> o = testing_util::download<uint16_t>(by64.o);
+    EXPECT_EQ(o, testing_util::download<uint16_t>(by16.o)) << what;
+    EXPECT_EQ(testing_util::download<float>(by64.lse), testing_util::download<float>(by16.lse)) << what;
+    size_t finite = 0;
+    for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
+    EXPECT_GT(finite, o.size() / 2) << what << ": the outputs are mostly finite, non-zero values";
+  }
+}
+
 // The look-ahead tests' check: both problems' outputs poisoned (NaN), run, then `tma` (TMA mode,
 // names `tma_name` asserted present or absent as `tma_expected`) and `relayout` (never looks
 // ahead) give the same o and lse bits, and every o is rewritten and finite.
@@ -401,9 +422,11 @@ TEST_F(MlaAttentionCuda, FastPrecisionRoundsPOnceOnTheWgmmaKernelOnly) {
 // query is attended), the other sequences keep the bits of the run with a valid table.
 TEST_F(MlaAttentionCuda, PageOutsideTheCacheMakesOnlyItsQueriesNan) {
   for (DType dt : {DType::bf16, DType::fp8_e4m3})
-    for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma, MlaAttentionKernel::mma_sync})
+    for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma, MlaAttentionKernel::mma_sync, MlaAttentionKernel::wgmma_keys_m})
       for (int64_t ps : {32, 64}) {
+        if (k == MlaAttentionKernel::wgmma_keys_m && dt != DType::fp8_e4m3) continue;  // (fp8 only)
         Problem p = make(ps, dt, {150, 130, 90}, 5);
+        if (k == MlaAttentionKernel::wgmma_keys_m) use_fp8_q(p, 12);
         run(p, k);
         const std::vector<uint16_t> good = testing_util::download<uint16_t>(p.o);
         std::vector<int32_t> bad_table = p.table;
