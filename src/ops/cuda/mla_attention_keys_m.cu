@@ -19,10 +19,11 @@
 //     c, c + 2, ...), each with its own running maxima m, sums l and O^T (512 x 32: 128 f32 per
 //     thread), merged once at the end of a row tile (the split combine's formula inside the
 //     CTA). Nothing passes between them per tile.
-//   warps 8-11, the producers: per tile, one cp.async.bulk per cache row (16 rows a warp; 576 bytes into a 608-byte
-//     row: km::kRowBytes, the stride that makes both products' 16-byte loads conflict-free),
-//     completing on the stage's `full`; rows past the end are zeros and rows of a page outside
-//     the cache e4m3 NaN (0x7F), written by the producer before its arrival.
+//   warps 8-11, the producers: per tile, one cp.async.bulk per cache row (16 rows a warp; 576
+//     bytes into a 608-byte row: km::kRowBytes, the stride that makes both products' 16-byte
+//     loads conflict-free), completing on the stage's `full`; rows past the end are zeros and
+//     rows of a page outside the cache e4m3 NaN (0x7F), written by the producer before its
+//     arrival. (Any page size and page / row strides of whole 16 bytes.)
 //
 // Per tile and consumer warpgroup:
 //   QK  9 groups of 4 k-steps: each thread loads 16 bytes of each of its two key rows
@@ -30,16 +31,25 @@
 //       registers of 4 wgmma m64n32k16 (B = Q in f16, features permuted by km::q_store_col, the
 //       128-byte swizzle of sm90's 32-row tile). A group's registers are reused two groups later,
 //       after wait_group 1.
-//   softmax along M (keys): column maxima over the thread's 2 rows, the 8 lanes g (shuffles),
-//       the 4 warps (shared memory, one 128-thread barrier); lazy rescaling per column (m moves
-//       only when a column's maximum grows by more than kRescaleSlack = 2^8, exact); P = exp2 of
-//       the scaled scores into P^T (f16, K-major 128-byte swizzle; exact P also as lo =
-//       f16(p - hi), a second product, as v2 does).
+//   softmax along M (keys): lazy rescaling per column (m moves only when a column's maximum
+//       grows by more than kRescaleSlack = 2^8 in log2 units; exact): one bar.red.or over the
+//       warpgroup asks whether any score passes its column's m + slack, and only then are the
+//       column maxima formed (the thread's 2 rows, the 8 lanes g by shuffles, the 4 warps
+//       through shared memory and a 128-thread barrier) and O^T rescaled; P = exp2 of the scaled
+//       scores into P^T (f16, K-major 128-byte swizzle; exact P also as lo = f16(p - hi), a
+//       second product, as v2 does). Tiles below every live row's limit skip the mask.
 //   PV  4 k-steps of 16 keys: each thread loads 16 bytes (km::pv_load_offset) of the 4 keys of
 //       its A columns, pairs two keys' bytes with a byte permute, widens them, and issues 8 wgmma
-//       m64n32k16 (one per m-tile of 64 value features, km::pv_feature) in two groups of 4.
-//       The stage is released (empty, 4 warp arrivals) as soon as the last conversion has
-//       consumed the tile's bytes: the products read only registers and Q / P^T.
+//       m64n32k16 (one per m-tile of 64 value features, km::pv_feature) in two groups of 4; the
+//       next k-step's rows are loaded while a group runs. The stage is released (empty, 4 warp
+//       arrivals) as soon as the last conversion has consumed the tile's bytes: the products
+//       read only registers and Q / P^T. The last group is retired by the next tile's QK, after
+//       its first loads and conversions, or at the row tile's end.
+//
+// Measured (H200, docs/perf.md, eighteenth session): decode B128 8k H32 with P rounded once 177
+// us (81% of copy; v2 349), B128 32k 668 us (85%). What bounds it: each warpgroup's per-tile
+// chain (loads -> cvt -> wgmma groups -> vote -> P^T -> PV groups), ~5,600 cycles a tile with two
+// warpgroups in flight, the tensor pipe ~40% busy (Nsight).
 //
 // Shared memory (dynamic, 1024-byte-aligned base):
 //   Q       [9 chunks][32 rows][128 B] f16     36,864
@@ -55,10 +65,12 @@
 //                  tile. The producer waits parity ((ti / 4) & 1) ^ 1 before refilling.
 //   Q (1, 256)     at a row tile's start (every QK of the previous one retired), and after Q is
 //                  written (fence.proxy.async first).
-//   max (2 + c)    per warpgroup: the column maxima (and at the end the row sums) of its 4 warps.
+//   vote (8 + c)   per warpgroup and tile: bar.red.or, whether the maxima must be exchanged.
+//   max (2 + c)    per warpgroup: the column maxima when they are (and at the end the row sums).
 //   P (4 + c)      per warpgroup: P^T written (fence.proxy.async first) before its PV is issued.
-//                  P^T of tile j + 2 is written only after every warp passed max(j + 2), i.e.
-//                  after every warp's wait_group 0 that retired PV(j).
+//                  P^T of tile j + 2 is written only after every warp passed vote(j + 2), i.e.
+//                  after every warp's wait_group 0 that retired PV(j) (in QK(j + 2)); the maxima
+//                  of tile j + 2 likewise only after every warp passed P(j), its last read of j's.
 //   merge (6, 256) both warpgroups: their tiles consumed and m, l published; again after the
 //                  exchange of O^T halves through the first 64 KB of the stages.
 //   row tile (7, 384) the consumers arrive after a row tile's merge when the CTA has another;
