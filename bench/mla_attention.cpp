@@ -114,6 +114,13 @@ void add_mla_attention_benches(Registry& r) {
         if (kernel == ops::MlaAttentionKernel::wgmma_keys_m && B == 128 && ctx == 8192) continue;  // above
         add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, ctx, kernel, fast);
       }
+  // More rows per sequence (H 96 / 128 decode, verify 2 / 4 / 8 at H 32), both kernels, 8k keys.
+  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
+    for (const auto [H, q_len] : {std::pair<int64_t, int64_t>{96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
+      for (const int64_t B : {1, 8, 32, 128}) {
+        if (B == 128 && ((H == 128 && q_len == 1) || (H == 32 && q_len == 4))) continue;  // above
+        add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, 8192, kernel, fast);
+      }
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

@@ -113,16 +113,16 @@ bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits) {
   return (kv_len + splits - 1) / splits <= kMlaAttentionQTensorMaxKeys;
 }
 
-// The keys-as-M kernel streams an fp8 cache 1.2-2.0x faster than v2 for the H 32 decode from
-// 32768 keys a call up (B 128 at 8k: 182 against 349 us with P rounded once; B 1 at 32k and B 32
-// at 1k about even); with more rows per sequence its 32-row CTAs read the cache several times
-// (H 128, verify 4: 0.97-1.03x), and shorter calls lose to v2's shorter start (B 1 at 1k-8k,
-// B 8 at 1k: 0.88-0.94x; H200, docs/perf.md).
+// The keys-as-M kernel runs the fp8 cache with an fp8 q 1.07-2.0x faster than v2 wherever the
+// call has work enough (H 32 decode B 128 at 8k: 177 against 355 us with P rounded once; H 96 B
+// 128 1.40x; H 96 / 128 and verify 2 / 4 / 8 at 8k keys 1.07-1.17x from B 1 up, B 1 H 96 1.11x);
+// with less work v2's shorter start wins (H 32 decode B 1 at 1k-8k, B 8 at 1k: 0.88-0.94x; B 1 at
+// 32k and B 32 at 1k about even). H200, docs/perf.md (eighteenth session).
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len) {
   if (requested != MlaAttentionKernel::automatic) return requested;
   if (!(cc_major == 9 && cc_minor == 0)) return MlaAttentionKernel::mma_sync;
-  if (fp8_cache_and_q && rows <= kMlaAttentionKeysMMaxRows && batch * kv_len >= kMlaAttentionKeysMMinKeys)
+  if (fp8_cache_and_q && batch * ((rows + 31) / 32) * kv_len >= kMlaAttentionKeysMMinTileKeys)
     return MlaAttentionKernel::wgmma_keys_m;
   return MlaAttentionKernel::wgmma;
 }

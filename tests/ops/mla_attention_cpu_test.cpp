@@ -83,7 +83,7 @@ Problem make(int64_t H, int64_t n, int64_t L, uint64_t seed) {
 }
 
 // The CUDA kernel rule (pure, docs/ops/mla_attention.md): automatic is a WGMMA kernel on
-// compute capability 9.0 only (the keys-as-M one for large fp8 H 32 decodes); a forced kernel
+// compute capability 9.0 only (the keys-as-M one for fp8 calls with work enough); a forced kernel
 // stays forced (supports() then says whether the device and dtypes allow it).
 TEST(MlaAttentionRule, CudaKernelChoice) {
   using K = MlaAttentionKernel;
@@ -94,13 +94,19 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0, true, 32, 128, 8192), K::mma_sync);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6, false, 32, 1, 1024), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0, false, 128, 1, 64), K::wgmma_keys_m);
-  // The keys-as-M kernel: fp8 cache and q, at most 32 rows a sequence, at least 32768 keys.
+  // The keys-as-M kernel: fp8 cache and q, batch x ceil(rows / 32) x kv_len >= 24576.
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 8192), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 1, 128, 1024), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 128, 8192), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 4, 8191), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 128, 8192), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 2, 8191), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 32768), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 16384), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 8192), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 96, 1, 8192), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 1, 8192), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8191), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8192), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 4096), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 9, true, 32, 128, 8192), K::mma_sync);
 }

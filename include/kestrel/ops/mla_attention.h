@@ -98,12 +98,11 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
 // kernel stays as asked; `automatic` is, on compute capability 9.0 (the sm_90a features: wgmma,
 // setmaxnreg, cp.async.bulk with mbarrier transactions), the keys-as-M kernel (v3) for an fp8
-// cache with an fp8 q when a sequence plans at most kMlaAttentionKeysMMaxRows query rows (tokens
-// x heads: the H 32 decode) and the call streams at least kMlaAttentionKeysMMinKeys keys (batch x
-// the planning length), else the WGMMA kernel (v2); v1 elsewhere. v2 covers every call v1
-// supports (same limits).
-inline constexpr int64_t kMlaAttentionKeysMMaxRows = 32;
-inline constexpr int64_t kMlaAttentionKeysMMinKeys = 32768;
+// cache with an fp8 q when the call's work in 32-row query tiles times keys, batch x ceil(rows /
+// 32) x kv_len (rows: a sequence's planned query rows, tokens x heads; kv_len: the planning
+// length), is at least kMlaAttentionKeysMMinTileKeys, else the WGMMA kernel (v2); v1 elsewhere.
+// v2 covers every call v1 supports (same limits).
+inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len);
 
