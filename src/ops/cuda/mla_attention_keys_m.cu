@@ -8,7 +8,8 @@
 //   PV:  O^T = V^T P^T M = 512 value features (8 m-tiles), N = 32 query rows, K-dim = 64 keys
 // With N = the query rows a decode at H = 32 has no padded rows (v2's M = 64 is half padding).
 // The register and shared-memory index maps, proven on the host against the PTX ISA's fragment
-// and descriptor model: mla_attention_keys_m_layout.h and its test.
+// and descriptor model: mla_attention_keys_m_layout.h and its test; the barrier protocol below by
+// a threaded host model (tests/ops/mla_attention_keys_m_protocol_test.cpp).
 //
 // Work split. One CTA per (32-row query tile, KV split, sequence), rows r = qi * H + h; a CTA
 // loops over row tiles mt = blockIdx.x, + gridDim.x, ...; KV tiles of 64 positions, splits
