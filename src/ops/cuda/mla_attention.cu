@@ -198,21 +198,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
   const int rg = warp & 3, hf = warp >> 2;  // row group; key half (S) = value half (PV)
   const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
 
-  // Sequence metadata. Bad offsets leave the sequence's rows unwritten (never out of bounds);
-  // a bad length writes NaN rows. Every branch here is uniform over the CTA.
-  // Positions and rows fit in int: the host checks max_pages * page_size and Tq * H.
-  const int qb = p.q_start[b * p.qs_s0], qe = p.q_start[(b + 1) * p.qs_s0];
-  if (qb < 0 || qe < qb || qe > p.Tq) return;
-  const int n = qe - qb, L = p.seq_lens[b * p.sl_s0];
-  const bool bad_len = L < 0 || static_cast<int64_t>(L) > static_cast<int64_t>(p.max_pages) * p.page_size;
-  const int rows_b = n * p.H, row_tiles = (rows_b + kRows - 1) / kRows;
-  const int chunk = bad_len ? 0 : ((L + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
-  const int begin = split * chunk, end = bad_len ? 0 : min(L, begin + chunk);
+  // Sequence metadata (mla_seq_plan: bad offsets leave the rows unwritten, never out of bounds;
+  // a bad length writes NaN rows). Every branch here is uniform over the CTA.
+  MlaSeqPlan sp;
+  if (!mla_seq_plan<kRows, kKeys>(p, b, split, sp)) return;
+  const int qb = sp.qb, n = sp.n, L = sp.L, rows_b = sp.rows_b, row_tiles = sp.row_tiles, begin = sp.begin;
+  const bool bad_len = sp.bad_len;
 
   for (int mt = static_cast<int>(blockIdx.x); mt < row_tiles; mt += static_cast<int>(gridDim.x)) {
     __syncthreads();  // the previous row tile's readers of q, kv, P and red_* are done
-    const int r0 = mt * kRows;
-    const int rows_here = min(kRows, rows_b - r0);
+    const MlaTilePlan tp = mla_tile_plan<kRows, kKeys>(p, sp, mt);
+    const int r0 = tp.r0, rows_here = tp.rows_here, kv_end = tp.kv_end, ntiles = tp.ntiles;
     const bool active = rg * 16 < rows_here;  // warp-uniform: the row group holds live rows
     // Causal limit (keys < lim) of this thread's rows g and g + 8; 0 for padded rows.
     int lim[2];
@@ -221,8 +217,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
       const int r = r0 + rg * 16 + g + 8 * k;
       lim[k] = r < rows_b ? L - n + r / p.H + 1 : 0;
     }
-    const int kv_end = min(end, L - n + (r0 + rows_here - 1) / p.H + 1);  // the last row's limit
-    const int ntiles = kv_end > begin ? (kv_end - begin + kKeys - 1) / kKeys : 0;
 
     if (ntiles > 0) {
       fetch_kv<kFp8>(p, b, begin, kv_end, sm.kv[0], sm.raw);

@@ -123,6 +123,43 @@ __device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, in
   return v;
 }
 
+// The KV range of one (sequence, split) and, per row tile, the keys its rows attend: the plan
+// every CUDA kernel follows (tiles of kRowsPerTile query rows and kKeysPerTile keys). Bad
+// offsets leave the sequence's rows unwritten, never out of bounds (mla_seq_plan returns false);
+// a bad length writes NaN rows (bad_len). Each split is a whole number of key tiles. Positions
+// and rows fit in int: the host checks max_pages * page_size and Tq * H.
+struct MlaSeqPlan {
+  int qb, n, L, rows_b, row_tiles, begin, end;
+  bool bad_len;
+};
+struct MlaTilePlan {
+  int r0, rows_here, kv_end, ntiles;
+};
+template <int kRowsPerTile, int kKeysPerTile>
+__device__ __forceinline__ bool mla_seq_plan(const MlaAttentionParams& p, int b, int split, MlaSeqPlan& s) {
+  s.qb = p.q_start[b * p.qs_s0];
+  const int qe = p.q_start[(b + 1) * p.qs_s0];
+  if (s.qb < 0 || qe < s.qb || qe > p.Tq) return false;
+  s.n = qe - s.qb;
+  s.L = p.seq_lens[b * p.sl_s0];
+  s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
+  s.rows_b = s.n * p.H;
+  s.row_tiles = (s.rows_b + kRowsPerTile - 1) / kRowsPerTile;
+  const int chunk = s.bad_len ? 0 : ((s.L + p.splits - 1) / p.splits + kKeysPerTile - 1) / kKeysPerTile * kKeysPerTile;
+  s.begin = split * chunk;
+  s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
+  return true;
+}
+template <int kRowsPerTile, int kKeysPerTile>
+__device__ __forceinline__ MlaTilePlan mla_tile_plan(const MlaAttentionParams& p, const MlaSeqPlan& s, int mt) {
+  MlaTilePlan t;
+  t.r0 = mt * kRowsPerTile;
+  t.rows_here = min(kRowsPerTile, s.rows_b - t.r0);
+  t.kv_end = min(s.end, s.L - s.n + (t.r0 + t.rows_here - 1) / p.H + 1);  // the last row's limit
+  t.ntiles = t.kv_end > s.begin ? (t.kv_end - s.begin + kKeysPerTile - 1) / kKeysPerTile : 0;
+  return t;
+}
+
 // The WGMMA kernel (mla_attention_sm90.cu): same params, grid (row_tiles, splits, B), same
 // outputs (o and lse when splits == 1, else the workspace partials for the combine kernel).
 // split_p: P as hi + lo (MlaAttentionPrecision::exact), else rounded once (::fast).

@@ -148,20 +148,12 @@ static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
 
-struct SeqPlan {
-  int qb, n, L, rows_b, row_tiles, begin, end;
-  bool bad_len;
-};
-struct TilePlan {
-  int r0, rows_here, kv_end, ntiles;
-};
+// The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): 32-row
+// tiles, 64-key tiles.
+using SeqPlan = MlaSeqPlan;
+using TilePlan = MlaTilePlan;
 __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const SeqPlan& s, int mt) {
-  TilePlan t;
-  t.r0 = mt * kN;
-  t.rows_here = min(kN, s.rows_b - t.r0);
-  t.kv_end = min(s.end, s.L - s.n + (t.r0 + t.rows_here - 1) / p.H + 1);  // the last row's limit
-  t.ntiles = t.kv_end > s.begin ? (t.kv_end - s.begin + kKeys - 1) / kKeys : 0;
-  return t;
+  return mla_tile_plan<kN, kKeys>(p, s, mt);
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
@@ -325,7 +317,6 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32
   uint32_t rows[2];
 #pragma unroll
   for (int lohi = 0; lohi < 2; ++lohi) rows[lohi] = tile + km::pv_key(0, t, 0, lohi) * km::kRowBytes + km::pv_load_offset(t);
-#pragma unroll
   uint4 x[2][2];  // [h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of k-step ks
   const auto load = [&](int ks) {
 #pragma unroll
@@ -621,20 +612,10 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
   }
   __syncthreads();
 
-  // Sequence metadata as v1 / v2 (bad offsets leave the rows unwritten, a bad length writes NaN
-  // rows), splits rounded up to whole 64-key tiles.
+  // Sequence metadata (mla_seq_plan: bad offsets leave the rows unwritten, a bad length writes
+  // NaN rows), splits of whole 64-key tiles.
   SeqPlan s;
-  s.qb = p.q_start[b * p.qs_s0];
-  const int qe = p.q_start[(b + 1) * p.qs_s0];
-  if (s.qb < 0 || qe < s.qb || qe > p.Tq) return;
-  s.n = qe - s.qb;
-  s.L = p.seq_lens[b * p.sl_s0];
-  s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
-  s.rows_b = s.n * p.H;
-  s.row_tiles = (s.rows_b + kN - 1) / kN;
-  const int chunk = s.bad_len ? 0 : ((s.L + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
-  s.begin = split * chunk;
-  s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
+  if (!mla_seq_plan<kN, kKeys>(p, b, split, s)) return;
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();

@@ -223,21 +223,12 @@ static_assert(kSmemBytes == 232136 && kSmemBytes <= 232448, "the design note sta
 // warp's wait_group says nothing about a sibling warp's wgmma).
 constexpr int kBarP0Full = 1, kBarP1Full = 2, kBarQ = 3, kBarProducer = 4, kBarL = 5, kBarWgP = 6;
 
-// The KV range of one (sequence, split) and, per row tile, the keys its rows attend (as v1).
-struct SeqPlan {
-  int qb, n, L, rows_b, row_tiles, begin, end;
-  bool bad_len;
-};
-struct TilePlan {
-  int r0, rows_here, kv_end, ntiles;
-};
+// The KV range of one (sequence, split) and, per row tile, the keys its rows attend
+// (mla_attention_common.cuh): 64-row tiles, 32-key tiles.
+using SeqPlan = MlaSeqPlan;
+using TilePlan = MlaTilePlan;
 __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const SeqPlan& s, int mt) {
-  TilePlan t;
-  t.r0 = mt * kRows;
-  t.rows_here = min(kRows, s.rows_b - t.r0);
-  t.kv_end = min(s.end, s.L - s.n + (t.r0 + t.rows_here - 1) / p.H + 1);  // the last row's limit
-  t.ntiles = t.kv_end > s.begin ? (t.kv_end - s.begin + kKeys - 1) / kKeys : 0;
-  return t;
+  return mla_tile_plan<kRows, kKeys>(p, s, mt);
 }
 
 // Q of the row tile starting at query row r0 of the sequence by TMA (q_tma: a bf16 q whose
@@ -1016,20 +1007,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  // Sequence metadata, exactly as v1: bad offsets leave the rows unwritten, a bad length
-  // writes NaN rows. Uniform over the CTA.
+  // Sequence metadata (mla_seq_plan: bad offsets leave the rows unwritten, a bad length writes
+  // NaN rows). Uniform over the CTA.
   SeqPlan s;
-  s.qb = p.q_start[b * p.qs_s0];
-  const int qe = p.q_start[(b + 1) * p.qs_s0];
-  if (s.qb < 0 || qe < s.qb || qe > p.Tq) return;
-  s.n = qe - s.qb;
-  s.L = p.seq_lens[b * p.sl_s0];
-  s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
-  s.rows_b = s.n * p.H;
-  s.row_tiles = (s.rows_b + kRows - 1) / kRows;
-  const int chunk = s.bad_len ? 0 : ((s.L + p.splits - 1) / p.splits + kKeys - 1) / kKeys * kKeys;
-  s.begin = split * chunk;
-  s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
+  if (!mla_seq_plan<kRows, kKeys>(p, b, split, s)) return;
 
   // The first row tile's Q by TMA, in flight while the block table is scanned below.
   if (q_by_tma && tid == 0 && static_cast<int>(blockIdx.x) < s.row_tiles) {
