@@ -56,7 +56,8 @@
 //   Q       [9 chunks][32 rows][128 B] f16     36,864
 //   P^T     [2 warpgroups][hi, lo][32][128 B]  16,384
 //   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange)
-//   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32, mbarriers full[4], empty[4].
+//   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32, causal limits [32] i32, mbarriers
+//   full[4], empty[4]: 210,624 bytes, 211,648 with the alignment slack.
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
 //   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
@@ -143,7 +144,8 @@ constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
-static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes <= 232448, "shared memory");
+static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 211648 && kSmemBytes <= 232448,
+              "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
