@@ -122,7 +122,8 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len) {
   if (requested != MlaAttentionKernel::automatic) return requested;
   if (!(cc_major == 9 && cc_minor == 0)) return MlaAttentionKernel::mma_sync;
-  if (fp8_cache_and_q && batch * ((rows + 31) / 32) * kv_len >= kMlaAttentionKeysMMinTileKeys)
+  const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
+  if (fp8_cache_and_q && batch * tiles * kv_len >= kMlaAttentionKeysMMinTileKeys)
     return MlaAttentionKernel::wgmma_keys_m;
   return MlaAttentionKernel::wgmma;
 }

@@ -102,6 +102,7 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // 32) x kv_len (rows: a sequence's planned query rows, tokens x heads; kv_len: the planning
 // length), is at least kMlaAttentionKeysMMinTileKeys, else the WGMMA kernel (v2); v1 elsewhere.
 // v2 covers every call v1 supports (same limits).
+inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;  // query rows per CTA of the keys-as-M kernel
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len);

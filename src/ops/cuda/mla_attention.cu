@@ -637,7 +637,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const MlaAttentionKernel kernel =
       mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor, a.cache.dtype == DType::fp8_e4m3 && q_fp8,
                                 q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size);
-  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? 32 : kRows;
+  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? kMlaAttentionKeysMTileRows : kRows;
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
   const int sms = num_sms();
   const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms);

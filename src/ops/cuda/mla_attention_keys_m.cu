@@ -113,11 +113,8 @@ using sm90::wgmma_fence;
 using sm90::wgmma_m64n32k16_rs;
 using sm90::wgmma_wait;
 constexpr int kDqk = km::kDqk, kDv = km::kDv;
-using sm90::k_step_lo;
-using sm90::sw128_lo;
-using sm90::sw128_offset;
 
-constexpr int kN = 32;  // query rows per CTA: the N of both products
+constexpr int kN = static_cast<int>(kMlaAttentionKeysMTileRows);  // query rows per CTA: the N of both products
 static_assert(sm90::kKeys == kN, "Q and P^T use the 32-row swizzled arrangement of sm90's KV tile");
 constexpr int kKeys = km::kKeys;  // 64 keys per tile
 // A producer warpgroup: registers are granted per warpgroup (ptxas sized a kernel of one
@@ -270,10 +267,9 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPla
 
 // S^T of one tile into sc (retired on return, with every older wgmma of the warpgroup). The
 // 36 k-steps go in 9 groups of 4 (one 16-byte load per key row each): a group's A registers are
-// reused two groups later, after wait_group 1.
-// Groups of 4 k-steps measured 1.01-1.07x faster than groups of 2 (H200, A/B); 2 pending groups
-// made ptxas serialise the wgmmas (C7514), and 2 pending PV groups spilled.
-constexpr int kQkGroup = 4, kQkPending = 1, kPvPending = 1;
+// reused two groups later, after wait_group 1. Groups of 4 measured 1.01-1.07x faster than groups
+// of 2 (H200, A/B); 2 pending groups made ptxas serialise the wgmmas (C7514), and 2 pending PV
+// groups (pv_tile) spilled.
 __device__ __forceinline__ void qk_tile(float (&sc)[16], uint32_t tile, uint32_t q_lo, int t) {
   const uint32_t row0 = tile + km::qk_key(t, 0) * km::kRowBytes + km::qk_load_offset(0, t);
   const uint32_t row1 = tile + km::qk_key(t, 1) * km::kRowBytes + km::qk_load_offset(0, t);
@@ -282,27 +278,23 @@ __device__ __forceinline__ void qk_tile(float (&sc)[16], uint32_t tile, uint32_t
   uint4 x0 = lds128(row0), x1 = lds128(row1);
 #pragma unroll
   for (int q = 0; q < kDqk / 64; ++q) {
+    uint32_t a[4][4];
 #pragma unroll
-    for (int hh = 0; hh < 4 / kQkGroup; ++hh) {
-      uint32_t a[kQkGroup][4];
-#pragma unroll
-      for (int u = 0; u < kQkGroup; ++u) {  // k-step 4 q + rr: registers j from half j % 2, bytes 4 rr + 2 (j / 2)
-        const int rr = kQkGroup * hh + u;
-        fp8x4_to_f16x2x2(word_of(x0, rr), a[u][0], a[u][2]);
-        fp8x4_to_f16x2x2(word_of(x1, rr), a[u][1], a[u][3]);
-      }
-      if (hh == 4 / kQkGroup - 1 && q + 1 < kDqk / 64) {
-        x0 = lds128(row0 + km::qk_load_offset(q + 1, 0));
-        x1 = lds128(row1 + km::qk_load_offset(q + 1, 0));
-      }
-      if (q + hh == 0) wgmma_wait<0>();  // the previous tile's last PV group (see pv_tile)
-      wgmma_fence();
-#pragma unroll
-      for (int u = 0; u < kQkGroup; ++u)
-        wgmma_m64n32k16_rs<true>(sc, a[u], desc_of(q_lo + k_step_lo(4 * q + kQkGroup * hh + u)), q + hh + u > 0 ? 1 : 0);
-      wgmma_commit();
-      wgmma_wait<kQkPending>();  // older groups (their A registers are reused by the next conversions)
+    for (int rr = 0; rr < 4; ++rr) {  // k-step 4 q + rr: registers j from half j % 2, bytes 4 rr + 2 (j / 2)
+      fp8x4_to_f16x2x2(word_of(x0, rr), a[rr][0], a[rr][2]);
+      fp8x4_to_f16x2x2(word_of(x1, rr), a[rr][1], a[rr][3]);
     }
+    if (q + 1 < kDqk / 64) {
+      x0 = lds128(row0 + km::qk_load_offset(q + 1, 0));
+      x1 = lds128(row1 + km::qk_load_offset(q + 1, 0));
+    }
+    if (q == 0) wgmma_wait<0>();  // the previous tile's last PV group (see pv_tile)
+    wgmma_fence();
+#pragma unroll
+    for (int rr = 0; rr < 4; ++rr)
+      wgmma_m64n32k16_rs<true>(sc, a[rr], desc_of(q_lo + k_step_lo(4 * q + rr)), q + rr > 0 ? 1 : 0);
+    wgmma_commit();
+    wgmma_wait<1>();  // the group before (its A registers are reused by the next conversions)
   }
   wgmma_wait<0>();
   fence_operands(sc);
@@ -358,7 +350,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32
           wgmma_m64n32k16_rs<true>(o[4 * half + mm], a[mm], desc_of(pt_lo + (kPtBytes >> 4) + k_step_lo(ks)), 1);
       }
       wgmma_commit();
-      wgmma_wait<kPvPending>();
+      wgmma_wait<1>();
     }
   }
   // The last group stays in flight: the next QK retires it after its first loads and
