@@ -116,7 +116,7 @@ void add_mla_attention_benches(Registry& r) {
       }
   // More rows per sequence (H 96 / 128 decode, verify 2 / 4 / 8 at H 32), both kernels, 8k keys.
   for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
-    for (const auto [H, q_len] : {std::pair<int64_t, int64_t>{96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
+    for (const auto& [H, q_len] : {std::pair<int64_t, int64_t>{96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
       for (const int64_t B : {1, 8, 32, 128}) {
         if (B == 128 && ((H == 128 && q_len == 1) || (H == 32 && q_len == 4))) continue;  // above
         add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, 8192, kernel, fast);
