@@ -224,7 +224,7 @@ uint64_t base_seed() {
 Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
   Result res;
   const ops::Support avail = ops::backend_available(backend);
-  if (!avail.ok) return {Status::unavailable, str("backend ", ops::backend_name(backend), ": ", avail.reason), 0};
+  if (!avail.ok) return {Status::unavailable, str("backend ", ops::backend_name(backend), ": ", avail.reason)};
 
   const uint64_t seed = splitmix(seed0 ^ hash_str(c.id));
   const Device dev = ops::backend_device(backend);
@@ -275,7 +275,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
 
   // 3. does the backend take this call?
   const ops::Support sup = c.supports(backend, views);
-  if (!sup.ok) return {Status::not_supported, sup.reason, 0};
+  if (!sup.ok) return {Status::not_supported, sup.reason};
 
   // 4. run twice from fresh uploads; check canaries, inputs and run-to-run equality
   std::vector<std::vector<uint8_t>> after(nb);
@@ -285,7 +285,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
       c.run(backend, views, nullptr);
       if (dev == Device::cuda) device_sync();
     } catch (const Error& e) {
-      return {Status::fail, str("the op threw: ", e.what()), 0};
+      return {Status::fail, str("the op threw: ", e.what())};
     }
     for (size_t b = 0; b < nb; ++b) {
       std::vector<uint8_t> back(placed[b].storage.size());
@@ -293,7 +293,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
       if (rep == 0) {
         after[b] = std::move(back);
       } else if (back != after[b]) {
-        return {Status::fail, str(c.buffers[b].name, ": two runs on the same inputs differ (a race?)"), 0};
+        return {Status::fail, str(c.buffers[b].name, ": two runs on the same inputs differ (a race?)")};
       }
     }
   }
@@ -312,12 +312,11 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
         const int64_t rel = static_cast<int64_t>(k / es) - placed[b].p.base;
         return {Status::fail,
                 str(s.name, ": canary overwritten at element offset ", rel, " from the view's base (layout ",
-                    layout_name(s.layout), ", strides ", views[b].strides_str(), ")"),
-                0};
+                    layout_name(s.layout), ", strides ", views[b].strides_str(), ")")};
       }
     }
     if (s.role == Role::input && got.bytes[b] != initial.bytes[b])
-      return {Status::fail, str(s.name, ": an input was modified by the op"), 0};
+      return {Status::fail, str(s.name, ": an input was modified by the op")};
   }
 
   // 5. the CPU reference on contiguous host copies, allocated only now
@@ -329,7 +328,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
   try {
     c.run(ops::Backend::cpu, ref_views, nullptr);
   } catch (const Error& e) {
-    return {Status::fail, str("the CPU reference threw: ", e.what()), 0};
+    return {Status::fail, str("the CPU reference threw: ", e.what())};
   }
 
   // 6. compare
@@ -341,6 +340,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
     std::vector<double> bound;
     if (s.metric.bound) bound = s.metric.bound(initial);
     int64_t bad = 0;
+    double share = 0;
     std::string first;
     for (int64_t i = 0; i < n; ++i) {
       const uint8_t* g = got.bytes[b].data() + i * es;
@@ -357,6 +357,7 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
         const double allowed = s.metric.max_ulps * ulp_at(rv, s.dtype) + (bound.empty() ? 0.0 : bound[i]);
         ok = err <= allowed;
         res.worst = std::max(res.worst, err / ulp_at(rv, s.dtype));
+        if (allowed > 0) share = std::max(share, err / allowed);
       }
       if (!ok) {
         if (bad < 4)
@@ -364,6 +365,8 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
         ++bad;
       }
     }
+    res.worst_share = std::max(res.worst_share, share);
+    res.shares += str(res.shares.empty() ? "" : " ", s.name, " ", fmt_double(share));
     if (bad) {
       const char* how = s.metric.kind == Metric::exact ? "bytes differ" : "outside tolerance";
       res.status = Status::fail;
@@ -372,7 +375,8 @@ Result run_case(const Case& c, ops::Backend backend, uint64_t seed0) {
                          first, "\n");
     }
   }
-  if (res.status == Status::fail) res.message += str("  replay: KESTREL_SEED=", seed0, " case ", c.id);
+  if (res.status == Status::fail)
+    res.message += str("  worst error: ", res.worst_share, " of the bound\n  replay: KESTREL_SEED=", seed0, " case ", c.id);
   return res;
 }
 

@@ -96,6 +96,8 @@ struct Result {
   Status status = Status::pass;
   std::string message;  // why it failed, or why it was skipped
   double worst = 0;     // worst error seen, in the metric's units (ulps)
+  double worst_share = 0;  // worst error as a share of what the tolerance allowed (0 .. 1 when it passed)
+  std::string shares = {};  // the same per output buffer: "o 0.12 lse 0.30"
 };
 
 // All registered cases up to `size` (full includes ci).

@@ -132,7 +132,8 @@ void use_fp8_q(Problem& p, uint64_t seed) {
   p.q = testing_util::upload(q8, {p.B(), p.H, kMlaRow}, DType::fp8_e4m3, Device::cuda);
 }
 
-// The keys-as-M kernel runs when forced, with each precision's instantiation, and is refused
+// The keys-as-M kernel runs when forced, with each precision's instantiation (the fast one with QK
+// on the e4m3 operands), and is refused
 // with the reason for what it does not take (a bf16 cache or a bf16 q); the automatic choice
 // takes it for an fp8 H 32 decode of 8 x 8192 keys and keeps v2 for a short one (the rule:
 // mla_attention_cuda_kernel).
@@ -148,7 +149,7 @@ TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
   EXPECT_TRUE(launched(exact, "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
   EXPECT_FALSE(launched(exact, "sm90"));
   const auto fast = run(p, MlaAttentionKernel::wgmma_keys_m, MlaAttentionPrecision::fast);
-  EXPECT_TRUE(launched(fast, "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>"));
+  EXPECT_TRUE(launched(fast, "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"));  // QK on e4m3 operands
   const Support bf16_q = mla_attention_supports(Backend::cuda, args(make(64, DType::fp8_e4m3, {10}, 7), MlaAttentionKernel::wgmma_keys_m));
   EXPECT_FALSE(bf16_q.ok);
   EXPECT_NE(bf16_q.reason.find("fp8_e4m3 cache with a bf16 q"), std::string::npos) << bf16_q.reason;

@@ -39,7 +39,7 @@ static_assert(sm::kKeys == kN, "the Q and P^T tiles use the 32-row swizzled arra
 
 // The kernel side, replaceable for the planted bugs.
 struct KernelSide {
-  std::function<int(int)> key_of_position = km::key_of_position;
+  std::function<int(int)> key_of_position = [](int p) { return km::key_of_position(p); };
   std::function<int(int)> q_store_col = km::q_store_col;
   std::function<int(int, int)> qk_load_offset = km::qk_load_offset;
   std::function<int(int, int)> qk_key = km::qk_key;
@@ -47,7 +47,7 @@ struct KernelSide {
   std::function<int(int, int)> qk_reg_byte = km::qk_reg_byte;
   std::function<int(int, int)> pv_feature = km::pv_feature;
   std::function<int(int)> pv_load_offset = km::pv_load_offset;
-  std::function<int(int, int, int, int)> pv_key = km::pv_key;
+  std::function<int(int, int, int, int)> pv_key = [](int s, int t, int j, int lohi) { return km::pv_key(s, t, j, lohi); };
   std::function<int(int, int)> pv_reg_byte = km::pv_reg_byte;
 };
 
@@ -185,6 +185,125 @@ TEST(MlaAttentionKeysMLayout, ProductsMatchTheHardwareModel) {
   for (uint64_t seed : {1u, 2u, 3u}) EXPECT_EQ(emulate(KernelSide{}, seed), "") << "seed " << seed;
 }
 
+// ---- QK on e4m3 operands (the fast precision): per k-step one ldmatrix.x4 (b16) of the key rows
+// gives the A registers (PTX ISA: lane l gives the address of row l % 8 of matrix l / 8, 16
+// bytes; lane l receives bytes 4 (l % 4) .. + 3 of row l / 4 of matrix j in register j); Q is
+// stored as e4m3 bytes in natural order and read through the k-step descriptors (a k32 step
+// covers the 32 bytes a k16 one does).
+struct Qk8Side {
+  std::function<int(int, int)> ldm_key = km::qk8_ldm_key;
+  std::function<int(int, int)> ldm_offset = km::qk8_ldm_offset;
+  std::function<int(int)> q8_store_byte = [](int f) { return f; };
+};
+
+std::string emulate_qk8(const Qk8Side& ks, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> val(-4, 4);
+  std::vector<float> K(km::kKeys * km::kDqk), Q(kN * km::kDqk);
+  for (auto& x : K) x = static_cast<float>(val(rng));
+  for (auto& x : Q) x = static_cast<float>(val(rng));
+  std::vector<uint8_t> tile(static_cast<size_t>(km::kKeys * km::kRowBytes8), 0x7F);  // e4m3 NaN in the padding
+  for (int k = 0; k < km::kKeys; ++k)
+    for (int f = 0; f < km::kDqk; ++f) tile[static_cast<size_t>(k * km::kRowBytes8 + f)] = kestrel::f32_to_fp8_e4m3(K[k * km::kDqk + f]);
+  const uint32_t kSmem = static_cast<uint32_t>(sm::kKvBytes);
+  std::vector<uint8_t> smem(kSmem, 0x7F);  // an unwritten byte read shows as NaN
+  for (int n = 0; n < kN; ++n)
+    for (int f = 0; f < km::kDqk; ++f) {
+      const int col = ks.q8_store_byte(f);
+      if (col < 0 || col >= km::kDqk) return "the Q byte column is out of range";
+      smem[sm::sw128_offset(kN, n, col / 2) + col % 2] = kestrel::f32_to_fp8_e4m3(Q[n * km::kDqk + f]);
+    }
+  std::vector<double> D(km::kKeys * kN, 0.0);
+  for (int s = 0; s < km::kQk8Steps; ++s) {
+    std::vector<double> A(km::kKeys * 32, NAN);
+    for (int w = 0; w < 4; ++w)
+      for (int j = 0; j < 4; ++j)      // matrix j of the warp's ldmatrix.x4
+        for (int r = 0; r < 8; ++r) {  // its row r: the address lane 8 j + r gives
+          const int lane = 8 * j + r, key = ks.ldm_key(w, lane), off = ks.ldm_offset(s, lane);
+          if (key < 0 || key >= km::kKeys || off % 16 != 0 || off < 0 || off + 16 > km::kRowBytes8)
+            return "QK8: an ldmatrix row address is outside the tile or not 16-byte aligned";
+          for (int q4 = 0; q4 < 4; ++q4) {  // lane 4 r + q4 receives bytes 4 q4 .. + 3 in register j
+            const int t = 32 * w + 4 * r + q4;
+            for (int b = 0; b < 4; ++b) {
+              const int e = 4 * j + b;
+              A[hw_a8_row(t, e) * 32 + hw_a8_col(t, e)] =
+                  kestrel::fp8_e4m3_to_f32(tile[static_cast<size_t>(key * km::kRowBytes8 + off + 4 * q4 + b)]);
+            }
+          }
+        }
+    const uint64_t db = sm::k_desc(0, s);  // the descriptor of the f16 k-step s: the same 32 bytes
+    for (int n = 0; n < kN; ++n)
+      for (int k = 0; k < 32; ++k) {
+        uint32_t addr;
+        if (!hw_addr8(db, n, k, addr) || addr >= kSmem) return "QK8: bad descriptor";
+        const double b = kestrel::fp8_e4m3_to_f32(smem[addr]);
+        for (int m = 0; m < km::kKeys; ++m) D[m * kN + n] += A[m * 32 + k] * b;
+      }
+  }
+  for (int pos = 0; pos < km::kKeys; ++pos) {
+    const int key = km::key_of_position(pos, true);
+    for (int n = 0; n < kN; ++n) {
+      double want = 0;
+      for (int f = 0; f < km::kDqk; ++f) want += static_cast<double>(K[key * km::kDqk + f]) * Q[n * km::kDqk + f];
+      if (!(D[pos * kN + n] == want))
+        return "QK8: S^T row " + std::to_string(pos) + ", query " + std::to_string(n) + " is not the score";
+    }
+  }
+  return "";
+}
+
+TEST(MlaAttentionKeysMLayout, E4m3ProductMatchesTheHardwareModel) {
+  for (uint64_t seed : {4u, 5u}) EXPECT_EQ(emulate_qk8(Qk8Side{}, seed), "") << "seed " << seed;
+}
+
+TEST(MlaAttentionKeysMLayout, E4m3PlantedBugsAreCaught) {
+  std::vector<std::pair<const char*, Qk8Side>> bugs;
+  Qk8Side b;
+  b.q8_store_byte = [](int f) { return km::q_store_col(f); };  // the f16 path's feature order
+  bugs.emplace_back("Q permuted", b);
+  b = Qk8Side{};
+  b.ldm_offset = [](int s, int lane) { return 32 * s + 16 * ((lane / 8) % 2); };
+  bugs.emplace_back("matrices 1 and 2 swapped", b);
+  b = Qk8Side{};
+  b.ldm_key = [](int w, int lane) { return 16 * w + 8 * (lane / 16) + lane % 8; };
+  bugs.emplace_back("row halves by the wrong lane bit", b);
+  b = Qk8Side{};
+  b.ldm_key = [](int w, int lane) { return km::qk8_ldm_key(w, lane ^ 1); };
+  bugs.emplace_back("rows of a matrix swapped", b);
+  for (const auto& [name, side] : bugs) EXPECT_NE(emulate_qk8(side, 4), "") << name;
+}
+
+// P^T written by stmatrix.trans (PTX ISA: lane l gives the address of row l % 8 of matrix l / 8;
+// lane l holds elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of each matrix, the first in
+// the low half; .trans stores element (r, c) at element r of row c's address): every P^T element
+// (query row n, position p) must be the accumulator of S^T row p, column n.
+std::string emulate_pt_store(const std::function<int(int)>& row_of_lane, const std::function<int(int, int)>& pos_of) {
+  std::vector<int32_t> smem(kN * km::kKeys, -1);  // P^T as element indices: sw128_offset / 2
+  for (int w = 0; w < 4; ++w)
+    for (int h = 0; h < 2; ++h)
+      for (int lane = 0; lane < 32; ++lane) {  // the address lane 8 j + c gives: matrix j (= nb), row c
+        const int j = lane / 8, c = lane % 8, n = row_of_lane(lane), p0 = pos_of(w, h);
+        if (n < 0 || n >= kN || p0 < 0 || p0 + 8 > km::kKeys || p0 % 8 != 0) return "a stmatrix address is out of the tile";
+        for (int r = 0; r < 8; ++r) {
+          const int src_lane = 4 * r + c / 2, i = 4 * j + 2 * h + c % 2;  // the register holding element (r, c)
+          const int t = 32 * w + src_lane;
+          const int value = hw_d_row(t, i) * kN + hw_d_col(t, i);  // which S^T element it holds
+          smem[sm::sw128_offset(kN, n, p0) / 2 + r] = value;
+        }
+      }
+  for (int n = 0; n < kN; ++n)
+    for (int p = 0; p < km::kKeys; ++p)
+      if (smem[sm::sw128_offset(kN, n, p) / 2] != p * kN + n)
+        return "P^T row " + std::to_string(n) + " position " + std::to_string(p) + " is not S^T's";
+  return "";
+}
+
+TEST(MlaAttentionKeysMLayout, PtStoreByStmatrixTransposes) {
+  EXPECT_EQ(emulate_pt_store(km::pt_store_row, km::pt_store_pos), "");
+  EXPECT_NE(emulate_pt_store([](int l) { return (l % 8) * 4 + l / 8; }, km::pt_store_pos), "") << "rows by matrix";
+  EXPECT_NE(emulate_pt_store(km::pt_store_row, [](int w, int h) { return 16 * w + 8 * (1 - h); }), "") << "halves";
+}
+
 // q_store_col inverts qk_feature (the statement of the QK permutation in the header), and both
 // are bijections on the 576 features.
 TEST(MlaAttentionKeysMLayout, QStoreColumnInvertsTheFeatureOrder) {
@@ -230,8 +349,9 @@ int worst_wavefronts(int row_bytes, const std::function<int(int)>& key_of, bool 
 // are one wavefront per quarter warp; the natural 576-byte rows in natural order are not (PV
 // 4-way), and no reordering of the keys within each 8 positions serves both at 592 bytes.
 TEST(MlaAttentionKeysMLayout, TileLoadsAreFreeOfBankConflicts) {
-  EXPECT_EQ(worst_wavefronts(km::kRowBytes, km::key_of_position, true), 1);
-  EXPECT_EQ(worst_wavefronts(km::kRowBytes, km::key_of_position, false), 1);
+  const auto ordered = [](int p) { return km::key_of_position(p); };
+  EXPECT_EQ(worst_wavefronts(km::kRowBytes, ordered, true), 1);
+  EXPECT_EQ(worst_wavefronts(km::kRowBytes, ordered, false), 1);
   const auto natural = [](int p) { return p; };
   EXPECT_EQ(worst_wavefronts(576, natural, true), 1);
   EXPECT_EQ(worst_wavefronts(576, natural, false), 4);
@@ -244,6 +364,46 @@ TEST(MlaAttentionKeysMLayout, TileLoadsAreFreeOfBankConflicts) {
   EXPECT_EQ(both, 0);
   for (int p = 0; p < km::kKeys; ++p) EXPECT_EQ(km::key_of_position(p) / 8, p / 8) << "a key stays in its 8 positions";
   static_assert(km::kRowBytes % 16 == 0 && km::kRowBytes >= km::kDqk);
+}
+
+// The fast precision's layout (km::kRowBytes8, keys in natural order): each 8-row matrix of
+// QK's ldmatrix is one wavefront (8 distinct 16-byte bank groups), and PV's 16-byte loads stay
+// conflict-free; at 608 bytes the ldmatrix rows would pair up in 4 groups, whatever the order.
+int worst_ldm_wavefronts(int row_bytes, bool e4m3_order) {
+  int worst = 0;
+  for (int s = 0; s < km::kQk8Steps; ++s)
+    for (int w = 0; w < 4; ++w)
+      for (int j = 0; j < 4; ++j) {
+        int count[8] = {};
+        for (int r = 0; r < 8; ++r) {
+          const int lane = 8 * j + r;
+          const int key = e4m3_order ? km::qk8_ldm_key(w, lane)
+                                     : km::key_of_position(16 * w + 8 * ((lane / 8) % 2) + lane % 8);
+          ++count[((key * row_bytes + km::qk8_ldm_offset(s, lane)) / 16) % 8];
+        }
+        for (int c : count) worst = c > worst ? c : worst;
+      }
+  return worst;
+}
+
+TEST(MlaAttentionKeysMLayout, FastLayoutLoadsAreFreeOfBankConflicts) {
+  const auto natural = [](int p) { return km::key_of_position(p, true); };
+  EXPECT_EQ(worst_ldm_wavefronts(km::kRowBytes8, true), 1);
+  EXPECT_EQ(worst_wavefronts(km::kRowBytes8, natural, false), 1);  // PV
+  EXPECT_EQ(worst_ldm_wavefronts(km::kRowBytes, false), 2);
+  EXPECT_EQ(worst_ldm_wavefronts(km::kRowBytes, true), 2);
+  for (int p = 0; p < km::kKeys; ++p) EXPECT_EQ(natural(p), p);
+  static_assert(km::kRowBytes8 % 16 == 0 && km::kRowBytes8 >= km::kDqk && km::row_bytes(true) == km::kRowBytes8);
+}
+
+// The products and P^T with the keys in natural order (the fast layout's PV and mask): the same
+// emulation, every key-order function natural.
+TEST(MlaAttentionKeysMLayout, ProductsMatchInTheFastLayoutsKeyOrder) {
+  KernelSide ks;
+  ks.key_of_position = [](int p) { return km::key_of_position(p, true); };
+  ks.qk_key = [](int t, int half) { return km::key_of_position(16 * (t / 32) + (t % 32) / 4 + 8 * half, true); };
+  ks.pv_key = [](int s, int t, int j, int lohi) { return km::pv_key(s, t, j, lohi, true); };
+  EXPECT_EQ(emulate(ks, 7), "");
 }
 
 // Each planted bug breaks the emulation: it sees every class of error it is meant to see.

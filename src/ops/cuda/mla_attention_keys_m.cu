@@ -3,9 +3,14 @@
 // (docs/ops/mla_attention.md); taken for an fp8 cache with an fp8 query (the engine's fp8 path),
 // where v2 relays every e4m3 tile into an f16 one through a producer warpgroup whose loop set
 // the pace (~40% of copy). Here the e4m3 rows land in shared memory as they are and the
-// consumers widen them in registers, as the A operand of both products:
-//   QK:  S^T = K Q^T   M = 64 keys, N = 32 query rows, K-dim = 576 features (36 k-steps)
+// consumers read them into registers as the A operand of both products:
+//   QK:  S^T = K Q^T   M = 64 keys, N = 32 query rows, K-dim = 576 features
 //   PV:  O^T = V^T P^T M = 512 value features (8 m-tiles), N = 32 query rows, K-dim = 64 keys
+// Two instantiations (kFp8Qk): exact precision widens the keys to f16 for QK (36 k-steps of 16,
+// f32 accumulation), P as hi + lo; the fast one runs QK on the e4m3 bytes as they are (18
+// k-steps of 32: half the tensor work, no conversions; the fp8 path's accumulators keep 13
+// mantissa bits, docs/ops/mla_attention.md) and rounds P once. Each has its tile layout
+// (km::row_bytes, key_of_position).
 // With N = the query rows a decode at H = 32 has no padded rows (v2's M = 64 is half padding).
 // The register and shared-memory index maps, proven on the host against the PTX ISA's fragment
 // and descriptor model: mla_attention_keys_m_layout.h and its test; the barrier protocol below by
@@ -21,24 +26,28 @@
 //     thread), merged once at the end of a row tile (the split combine's formula inside the
 //     CTA). Nothing passes between them per tile.
 //   warps 8-11, the producers: per tile, one cp.async.bulk per cache row (16 rows a warp; 576
-//     bytes into a 608-byte row: km::kRowBytes, the stride that makes both products' 16-byte
-//     loads conflict-free), completing on the stage's `full`; rows past the end are zeros and
+//     bytes into a row of km::row_bytes: 608 for the exact layout, 592 for the fast one, the
+//     strides that make their loads conflict-free), completing on the stage's `full`; rows past the end are zeros and
 //     rows of a page outside the cache e4m3 NaN (0x7F), written by the producer before its
 //     arrival. (Any page size and page / row strides of whole 16 bytes.)
 //
 // Per tile and consumer warpgroup:
-//   QK  9 groups of 4 k-steps: each thread loads 16 bytes of each of its two key rows
+//   QK  exact: 9 groups of 4 k-steps: each thread loads 16 bytes of each of its two key rows
 //       (km::qk_load_offset / qk_key), widens them (16 cvt.rn.f16x2.e4m3x2) into the A
 //       registers of 4 wgmma m64n32k16 (B = Q in f16, features permuted by km::q_store_col, the
 //       128-byte swizzle of sm90's 32-row tile). A group's registers are reused two groups later,
-//       after wait_group 1.
+//       after wait_group 1. Fast: 9 groups of 2 wgmma m64n32k32 .e4m3, A by one ldmatrix.x4 per
+//       k-step (km::qk8_ldm_key / offset: the registers in the wgmma's order), B = Q's bytes in
+//       natural order; the next group's loads issued right after this group's wgmma (before its
+//       own, the warpgroup fence waited for them).
 //   softmax along M (keys): lazy rescaling per column (m moves only when a column's maximum
 //       grows by more than kRescaleSlack = 2^8 in log2 units; exact): one bar.red.or over the
 //       warpgroup asks whether any score passes its column's m + slack, and only then are the
 //       column maxima formed (the thread's 2 rows, the 8 lanes g by shuffles, the 4 warps
 //       through shared memory and a 128-thread barrier) and O^T rescaled; P = exp2 of the scaled
 //       scores into P^T (f16, K-major 128-byte swizzle; exact P also as lo = f16(p - hi), a
-//       second product, as v2 does). Tiles below every live row's limit skip the mask.
+//       second product, as v2 does) by two stmatrix.trans (km::pt_store_row / pos). Tiles below
+//       every live row's limit skip the mask.
 //   PV  4 k-steps of 16 keys: each thread loads 16 bytes (km::pv_load_offset) of the 4 keys of
 //       its A columns, pairs two keys' bytes with a byte permute, widens them, and issues 8 wgmma
 //       m64n32k16 (one per m-tile of 64 value features, km::pv_feature) in two groups of 4; the
@@ -47,15 +56,16 @@
 //       read only registers and Q / P^T. The last group is retired by the next tile's QK, after
 //       its first loads and conversions, or at the row tile's end.
 //
-// Measured (H200, docs/perf.md, eighteenth session): decode B128 8k H32 with P rounded once 177
-// us (81% of copy; v2 349), B128 32k 668 us (85%). What bounds it: each warpgroup's per-tile
-// chain (loads -> cvt -> wgmma groups -> vote -> P^T -> PV groups), ~5,600 cycles a tile with two
-// warpgroups in flight, the tensor pipe ~40% busy (Nsight).
+// Measured (H200, docs/perf.md, nineteenth session): decode B128 8k H32, fast, 161 us (89% of
+// copy; v2 349), B128 32k 598 us (96%). What bounds it: each warpgroup's per-tile chain (QK
+// groups -> vote -> P^T -> PV groups), ~4,500 cycles a tile with two warpgroups in flight
+// (Nsight).
 //
 // Shared memory (dynamic, 1024-byte-aligned base):
 //   Q       [9 chunks][32 rows][128 B] f16     36,864
 //   P^T     [2 warpgroups][hi, lo][32][128 B]  16,384
-//   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange)
+//   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange; the
+//                                              fast layout uses 592 B of each 608)
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32, causal limits [32] i32, mbarriers
 //   full[4], empty[4]: 210,624 bytes, 211,648 with the alignment slack.
 //
@@ -88,6 +98,7 @@
 #include "mla_attention_common.cuh"
 #include "mla_attention_keys_m_layout.h"
 #include "mla_attention_sm90_layout.h"
+#include "mma_bf16.cuh"
 #include "sm90_ptx.cuh"
 
 namespace kestrel::ops::cuda {
@@ -95,6 +106,7 @@ namespace kestrel::ops::cuda {
 namespace {
 
 namespace km = keys_m;
+using mma16::ldsm_x4;
 using sm90::bulk_copy_g2s;
 using sm90::desc_of;
 using sm90::fence_operands;
@@ -106,11 +118,14 @@ using sm90::mbar_init;
 using sm90::mbar_wait;
 using sm90::named_bar_arrive;
 using sm90::named_bar_sync;
+using sm90::opaque;
 using sm90::sw128_lo;
+using sm90::stmatrix_x4_trans;
 using sm90::sw128_offset;
 using sm90::wgmma_commit;
 using sm90::wgmma_fence;
 using sm90::wgmma_m64n32k16_rs;
+using sm90::wgmma_m64n32k32_e4m3_rs;
 using sm90::wgmma_wait;
 constexpr int kDqk = km::kDqk, kDv = km::kDv;
 
@@ -190,6 +205,7 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 // on `full` once (count 4) with the bytes it copies. The copies of a warp issue one lane at a
 // time (the compiler loops over the active lanes): with one warp copying all 64 rows the
 // consumers waited on `full` for 41% of their samples (Nsight, H200, B128 8k H32).
+template <bool kFp8Qk>
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
                                          uint8_t* base_ptr, int pw, int lane) {
   const int row = 16 * pw + (lane & 15);
@@ -208,7 +224,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
       if (mine && !copy) {  // past the end: zeros; a page outside the cache: e4m3 NaN
         const uint32_t f = nan ? 0x01010101u * kE4m3Nan : 0u;
-        uint4* dst = reinterpret_cast<uint4*>(base_ptr + kOffStages + st * kStageBytes + row * km::kRowBytes);
+        uint4* dst = reinterpret_cast<uint4*>(base_ptr + kOffStages + st * kStageBytes + row * km::row_bytes(kFp8Qk));
 #pragma unroll 4
         for (int u = 0; u < kDqk / 16; ++u) dst[u] = make_uint4(f, f, f, f);
         fence_proxy_async();  // (generic writes where the async proxy wrote before and will again)
@@ -218,7 +234,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       const uint32_t full = base + kBarFull + 8 * st;
       if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kDqk);
       __syncwarp();  // the expected bytes are announced before any copy can complete
-      if (copy) bulk_copy_g2s(base + kOffStages + st * kStageBytes + row * km::kRowBytes, src, kDqk, full);
+      if (copy) bulk_copy_g2s(base + kOffStages + st * kStageBytes + row * km::row_bytes(kFp8Qk), src, kDqk, full);
     }
   }
 }
@@ -232,8 +248,10 @@ __device__ __forceinline__ int col_of_slot(int q4, int k) { return 8 * (k / 2) +
 __device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; }
 
 // Q of the row tile (32 rows) into shared memory: f16, feature f of row n at column
-// km::q_store_col(f) of the 32-row swizzled tile; rows past the sequence's rows zero (masked).
-// An fp8 q is exact in f16; q_scale stays in the softmax constant.
+// km::q_store_col(f) of the 32-row swizzled tile, or with kFp8Qk the e4m3 bytes in natural order
+// (feature f at byte column f); rows past the sequence's rows zero (masked). An fp8 q is exact in
+// f16; q_scale stays in the softmax constant.
+template <bool kFp8Qk>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
                                        uint8_t* base_ptr, int ct) {
   constexpr int kPieces = kDqk / 16;  // 16-byte pieces (features 16 u ..) per row
@@ -253,14 +271,18 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPla
         v = make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
-    // Bytes 4 rr .. 4 rr + 3 of the piece are features f0 + 4 rr + j: columns c, c + 1, c + 8, c + 9.
+    if constexpr (kFp8Qk) {  // the bytes as they are: features in natural order
+      *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kN, n, f0 / 2)) = v;
+    } else {
+      // Bytes 4 rr .. 4 rr + 3 of the piece are features f0 + 4 rr + j: columns c, c + 1, c + 8, c + 9.
 #pragma unroll
-    for (int rr = 0; rr < 4; ++rr) {
-      uint32_t lo, hi;
-      fp8x4_to_f16x2x2(word_of(v, rr), lo, hi);
-      const int c0 = km::q_store_col(f0 + 4 * rr);
-      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0)) = lo;
-      *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0 + 8)) = hi;
+      for (int rr = 0; rr < 4; ++rr) {
+        uint32_t lo, hi;
+        fp8x4_to_f16x2x2(word_of(v, rr), lo, hi);
+        const int c0 = km::q_store_col(f0 + 4 * rr);
+        *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0)) = lo;
+        *reinterpret_cast<uint32_t*>(base_ptr + kOffQ + sw128_offset(kN, n, c0 + 8)) = hi;
+      }
     }
   }
 }
@@ -300,23 +322,58 @@ __device__ __forceinline__ void qk_tile(float (&sc)[16], uint32_t tile, uint32_t
   fence_operands(sc);
 }
 
+// S^T of one tile with e4m3 operands (the fast precision): 18 k-steps of 32 features, A = one
+// ldmatrix.x4 of the key rows per k-step (km::qk8_ldm_key / qk8_ldm_offset: the wgmma's registers
+// in order), B = Q's e4m3 bytes; 9 groups of 2 k-steps, a group's registers reused after
+// wait_group 1, the next group's loads issued right after this group's wgmma.
+__device__ __forceinline__ void qk_tile8(float (&sc)[16], uint32_t tile, uint32_t q_lo, int t) {
+  const int lane = t % 32;
+  const uint32_t row = tile + km::qk8_ldm_key(t / 32, lane) * km::kRowBytes8 + km::qk8_ldm_offset(0, lane);
+  constexpr int kGroups = km::kQk8Steps / 2;
+  uint32_t a[kGroups][2][4];
+#pragma unroll
+  for (int sp = 0; sp < 2; ++sp) ldsm_x4<false>(a[0][sp], row + km::qk8_ldm_offset(sp, 0));
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q) {
+    if (q == 0) wgmma_wait<0>();  // the previous tile's last PV group (see pv_tile)
+    wgmma_fence();
+#pragma unroll
+    for (int sp = 0; sp < 2; ++sp) {
+      const int st = 2 * q + sp;
+      wgmma_m64n32k32_e4m3_rs(sc, a[q][sp], desc_of(q_lo + k_step_lo(st)), st > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    // The next group's loads after this group's issue: the warpgroup fence (wgmma.fence) waits
+    // for every pending register write, so loads issued before it were waited for at once.
+    if (q + 1 < kGroups) {
+#pragma unroll
+      for (int sp = 0; sp < 2; ++sp) ldsm_x4<false>(a[q + 1][sp], row + km::qk8_ldm_offset(2 * (q + 1) + sp, 0));
+    }
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  fence_operands(sc);
+}
+
 // O^T += V^T P^T over one tile (4 k-steps of 16 keys, 8 m-tiles each in two groups of 4); P^T
 // hi at pt_lo's descriptor, lo kPtBytes further (kSplitP). The stage is released after the last
 // conversion.
-template <bool kSplitP>
+template <bool kSplitP, bool kFp8Qk>
 __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32_t pt_lo, uint32_t empty, int t) {
   const int lane = t % 32;
+  constexpr uint32_t kRowBytes = km::row_bytes(kFp8Qk);
   // The key at position 16 ks + 8 h + 2 q4 + lohi is row 16 ks + 8 h + key_of_position(2 q4 + lohi):
   // one base per lohi, the rest immediates.
   uint32_t rows[2];
 #pragma unroll
-  for (int lohi = 0; lohi < 2; ++lohi) rows[lohi] = tile + km::pv_key(0, t, 0, lohi) * km::kRowBytes + km::pv_load_offset(t);
+  for (int lohi = 0; lohi < 2; ++lohi)
+    rows[lohi] = tile + km::pv_key(0, t, 0, lohi, kFp8Qk) * kRowBytes + km::pv_load_offset(t);
   uint4 x[2][2];  // [h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of k-step ks
   const auto load = [&](int ks) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + (16 * ks + 8 * h) * km::kRowBytes);
+      for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + (16 * ks + 8 * h) * kRowBytes);
   };
   load(0);
 #pragma unroll
@@ -358,14 +415,14 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32
   // made ptxas serialise every wgmma, C7514), or the row tile's end does.
 }
 
-template <bool kSplitP>
+template <bool kSplitP, bool kFp8Qk>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t) {
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [2][m, l][32]
   int* lim_s = reinterpret_cast<int*>(base_ptr + kOffLim);
-  uint8_t* pt = base_ptr + kOffPt + c * 2 * kPtBytes;
+  const uint32_t pt_base = base + kOffPt + c * 2 * kPtBytes;  // this warpgroup's P^T (hi; lo kPtBytes further)
   const uint32_t pt_lo = sw128_lo(base + kOffPt + c * 2 * kPtBytes), q_lo = sw128_lo(base + kOffQ);
   uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
@@ -377,7 +434,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         const int r = tp.r0 + t;
         lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
       }
-      load_q(p, s, tp, base_ptr, t + 128 * c);
+      load_q<kFp8Qk>(p, s, tp, base_ptr, t + 128 * c);
       fence_proxy_async();
       named_bar_sync(kBarQ, kConsumerThreads);
     }
@@ -397,7 +454,11 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       mbar_wait(base + kBarFull + 8 * st, (ti / kStages) & 1);
       const uint32_t tile = base + kOffStages + st * kStageBytes;
       float sc[16];
-      qk_tile(sc, tile, q_lo, t);
+      if constexpr (kFp8Qk) {
+        qk_tile8(sc, tile, q_lo, t);
+      } else {
+        qk_tile(sc, tile, q_lo, t);
+      }
 #pragma unroll
       for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
 
@@ -411,7 +472,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       } else {
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-          const int key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2));
+          const int key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2), kFp8Qk);
           const bool ok = key < tp.kv_end && key < lim_s[col_of_slot(q4, slot_of_reg(i))];
           sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
         }
@@ -461,19 +522,33 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
             for (int i = 0; i < 16; ++i) o[mm][i] *= alpha[slot_of_reg(i)];
         }
       }
+      // P = exp2(s - m) into P^T by two stmatrix.trans (km::pt_store_row / pt_store_pos): the
+      // matrices nb = 0 .. 3 of position half h, f16 pairs of query rows 2 q4, 2 q4 + 1.
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int k = slot_of_reg(i), pos = 16 * w + g + 8 * ((i / 2) % 2);
-        const float pv = ex2(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
-        l[k] += pv;
-        const __half hi = __float2half_rn(pv);
-        const uint32_t off = sw128_offset(kN, col_of_slot(q4, k), pos);
-        *reinterpret_cast<__half*>(pt + off) = hi;
-        if constexpr (kSplitP) *reinterpret_cast<__half*>(pt + kPtBytes + off) = __float2half_rn(pv - __half2float(hi));
+      for (int h = 0; h < 2; ++h) {
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int nb = 0; nb < 4; ++nb) {
+          const int i = 4 * nb + 2 * h, k = slot_of_reg(i);  // registers i, i + 1: slots k, k + 1
+          const float p0 = ex2(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
+          const float p1 = ex2(sc[i + 1] - (m[k + 1] == -INFINITY ? 0.0f : m[k + 1]));
+          l[k] += p0;
+          l[k + 1] += p1;
+          const __half2 ph = __floats2half2_rn(p0, p1);
+          hi[nb] = *reinterpret_cast<const uint32_t*>(&ph);
+          if constexpr (kSplitP) {
+            const __half2 pl = __floats2half2_rn(p0 - __low2float(ph), p1 - __high2float(ph));
+            lo[nb] = *reinterpret_cast<const uint32_t*>(&pl);
+          }
+        }
+        // This lane's row address, recomputed per tile (opaque): two kept across the loop spilled.
+        const uint32_t row = pt_base + sw128_offset(kN, km::pt_store_row(static_cast<int>(opaque(lane))), km::pt_store_pos(w, h));
+        stmatrix_x4_trans(row, hi);
+        if constexpr (kSplitP) stmatrix_x4_trans(row + kPtBytes, lo);
       }
       fence_proxy_async();  // P^T (generic stores) -> the async proxy of the wgmma
       named_bar_sync(kBarP + c, 128);
-      pv_tile<kSplitP>(o, tile, pt_lo, base + kBarEmpty + 8 * st, t);
+      pv_tile<kSplitP, kFp8Qk>(o, tile, pt_lo, base + kBarEmpty + 8 * st, t);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -588,7 +663,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   }
 }
 
-template <bool kSplitP>
+template <bool kSplitP, bool kFp8Qk>
 __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
@@ -613,35 +688,39 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
-    producer(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
+    producer<kFp8Qk>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     // The warpgroup index through a shuffle: the compiler then treats it as warp-uniform and keeps
     // what derives from it (the P^T descriptors) in uniform registers (as an expression of tid,
     // each PV wgmma's descriptor went through R2UR: 74 moves per tile).
-    consumer<kSplitP>(p, s, split, base, base_ptr, __shfl_sync(0xffffffffu, tid / 128, 0), tid % 128);
+    consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, __shfl_sync(0xffffffffu, tid / 128, 0), tid % 128);
   }
 }
 
-template <bool kSplitP>
+template <bool kSplitP, bool kFp8Qk>
 void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP>,
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_keys_m_kernel<kSplitP><<<grid, kThreads, kSmemBytes, s>>>(p);
-  KESTREL_LAUNCHED(kSplitP ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
-                           : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
+  mla_attention_keys_m_kernel<kSplitP, kFp8Qk><<<grid, kThreads, kSmemBytes, s>>>(p);
+  KESTREL_LAUNCHED(kSplitP  ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
+                   : kFp8Qk ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
+                            : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
 }
 
 }  // namespace
 
+// Exact precision: f16 operands for both products, P as hi + lo. Fast: P rounded once to f16 and
+// QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
+// docs/ops/mla_attention.md).
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, cudaStream_t s) {
   if (split_p) {
-    launch<true>(p, grid, s);
+    launch<true, false>(p, grid, s);
   } else {
-    launch<false>(p, grid, s);
+    launch<false, true>(p, grid, s);
   }
 }
 

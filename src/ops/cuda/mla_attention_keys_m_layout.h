@@ -3,7 +3,7 @@
 // register operands, written before the kernel so that the host emulation
 // (tests/ops/mla_attention_keys_m_layout_test.cpp, the hardware's fragment maps and shared-memory
 // reads modelled from the PTX ISA) proves the products before any GPU time is spent. Plain C++
-// (host and device), no CUDA types. No kernel uses it yet.
+// (host and device), no CUDA types.
 //
 // The two products of a 64-key tile, per CTA of query rows n < 32 (decode at H = 32):
 //   QK:  S^T = K Q^T   M = 64 keys, N = query rows, K-dim = 576 features (36 k-steps of 16);
@@ -59,9 +59,16 @@ constexpr int kRowBytes = 608;
 // contraction index): the same order in all three, so the products are those of the natural one.
 // The order 0 6 1 7 2 4 3 5 as nibbles of one constant: a table indexed by a thread's lane went to
 // local memory on the GPU (a store and a load per use: the first H200 profile's hottest lines).
-KESTREL_KEYS_M_HD int key_of_position(int p) {
-  return (p & ~7) | static_cast<int>((0x53427160u >> (4 * (p & 7))) & 0xfu);
+// The fast precision's tile (QK on e4m3 by ldmatrix, below) keeps the natural order instead.
+KESTREL_KEYS_M_HD int key_of_position(int p, bool e4m3_qk = false) {
+  return e4m3_qk ? p : (p & ~7) | static_cast<int>((0x53427160u >> (4 * (p & 7))) & 0xfu);
 }
+// The fast precision's tile: rows 592 bytes apart (37 groups, odd: any 8 consecutive keys fall in
+// 8 distinct groups, so each 8-row matrix of an ldmatrix is one wavefront; at 608 always two),
+// keys in natural order (PV's quartets {0, 2, 4, 6} / {1, 3, 5, 7} of each 8 then fall in groups
+// 0, 2, 4, 6 / 5, 7, 1, 3 mod 8: pairwise 2 apart).
+constexpr int kRowBytes8 = 592;
+KESTREL_KEYS_M_HD constexpr int row_bytes(bool e4m3_qk) { return e4m3_qk ? kRowBytes8 : kRowBytes; }
 
 // ---- QK ---------------------------------------------------------------------------------------
 // The feature held by A column c (0 .. 15) of k-step s: thread q4 = (c % 8) / 2 holds columns
@@ -85,6 +92,30 @@ KESTREL_KEYS_M_HD int qk_key(int t, int half) { return key_of_position(16 * (t /
 KESTREL_KEYS_M_HD int qk_reg_half(int j) { return j % 2; }
 KESTREL_KEYS_M_HD int qk_reg_byte(int r, int j) { return 4 * r + 2 * (j / 2); }
 
+// ---- QK on e4m3 operands (the fast precision) ---------------------------------------------
+// S^T = K Q^T with both operands e4m3 (wgmma m64n32k32 .e4m3, f32 accumulators): no conversion,
+// the features in natural order (k-step s = features 32 s .. 32 s + 31; Q stored as it is). A
+// k32 fragment is the k16 one in bytes (4 lanes per 16-byte row of 8 rows; PTX ISA "m64nNk32
+// register fragment layout"): register j holds A row g + 8 (j % 2), bytes 16 (j / 2) + 4 q4 ..
+// + 3 of the k-step, which is what ldmatrix.x4 (b16) gives for matrix j with rows 16 bytes of
+// those 8 key rows: one ldmatrix per k-step fills the wgmma's 4 registers in order (16-byte
+// loads would need register moves to interleave the two rows: ~7 per k-step, each waiting for
+// its load).
+constexpr int kQk8Steps = kDqk / 32;  // 18
+// Lane l's ldmatrix row address for k-step s: matrix j = l / 8, its row l % 8 (warp w): the key at
+// position 16 w + 8 (j % 2) + l % 8, bytes 32 s + 16 (j / 2) of its row.
+KESTREL_KEYS_M_HD int qk8_ldm_key(int w, int lane) { return key_of_position(16 * w + 8 * ((lane / 8) % 2) + lane % 8, true); }
+KESTREL_KEYS_M_HD int qk8_ldm_offset(int s, int lane) { return 32 * s + 16 * (lane / 16); }
+
+// ---- P^T from S^T's accumulators by stmatrix.trans --------------------------------------------
+// Thread t's 16 accumulators (w, g, q4 as above) are 8 matrices of 8 x 8: (h, nb) holds positions
+// 16 w + 8 h + g (rows) and query rows 8 nb + 2 q4 + 0 / 1 (columns) in registers 4 nb + 2 h + 0 / 1:
+// the m8n8 fragment. stmatrix.trans writes column c of a matrix (query row 8 nb + c) as its 8
+// positions, one 16-byte unit of P^T's row; with the matrices nb = 0 .. 3 of one h in one x4,
+// lane l gives the address of query row pt_store_row(l) at position pt_store_pos(w, h).
+KESTREL_KEYS_M_HD int pt_store_row(int lane) { return lane; }
+KESTREL_KEYS_M_HD int pt_store_pos(int w, int h) { return 16 * w + 8 * h; }
+
 // ---- PV ---------------------------------------------------------------------------------------
 // The value feature of A row `row` (0 .. 63) of m-tile mt: thread (w, g) holds rows 16 w + g and
 // 16 w + g + 8 of every m-tile: 16 rows that are bytes 0 .. 15 of its 16-byte load at
@@ -96,8 +127,8 @@ KESTREL_KEYS_M_HD int pv_feature(int mt, int row) {
 KESTREL_KEYS_M_HD int pv_load_offset(int t) { return 16 * (8 * (t / 32) + (t % 32) / 4); }
 // The keys of thread t's A columns in PV k-step ks: register j holds values 2 j, 2 j + 1, which
 // are columns (positions) 8 (j / 2) + 2 q4 + 0 / 1; their bytes come from two keys' loads.
-KESTREL_KEYS_M_HD int pv_key(int ks, int t, int j, int lohi) {
-  return key_of_position(16 * ks + 8 * (j / 2) + 2 * (t % 4) + lohi);
+KESTREL_KEYS_M_HD int pv_key(int ks, int t, int j, int lohi, bool e4m3_qk = false) {
+  return key_of_position(16 * ks + 8 * (j / 2) + 2 * (t % 4) + lohi, e4m3_qk);
 }
 // Register j of m-tile mt: the byte of each key's 16-byte load that it takes (a byte permute
 // pairs the two keys' bytes, then one cvt.rn.f16x2.e4m3x2).

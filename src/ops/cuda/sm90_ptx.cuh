@@ -133,6 +133,29 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_
   }
 }
 
+// Four 8 x 8 b16 matrices from the accumulator fragment (lane l holds row l / 4, columns
+// 2 (l % 4) and + 1 of each, the lower column in the low half), stored transposed: row c of
+// matrix j (its column c) goes to the 16 bytes at the address lane 8 j + c gives.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+// S[64 x 32] (+)= A[64 x 32] B[32 x 32] with e4m3 A (registers: 4 x 4 bytes per thread, the
+// k16 fragment in bytes) and e4m3 B K-major in shared memory (8-bit operands have no transpose):
+// the keys-as-M kernel's QK at the fast precision. The f32 accumulators keep fewer bits than
+// f32 through this path (docs/ops/mla_attention.md). scale_d == 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b,
+                                                        int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
+
 // The 128 f32 accumulators of an m64n256 wgmma: the register list in the PTX string and the
 // operand list (d[0] .. d[127], read and written), shared by the two wrappers below.
 #define KESTREL_WGMMA_D128_REGS \
