@@ -355,27 +355,33 @@ __device__ __forceinline__ void qk_tile8(float (&sc)[16], uint32_t tile, uint32_
   fence_operands(sc);
 }
 
-// O^T += V^T P^T over one tile (4 k-steps of 16 keys, 8 m-tiles each in two groups of 4); P^T
-// hi at pt_lo's descriptor, lo kPtBytes further (kSplitP). The stage is released after the last
-// conversion.
-template <bool kSplitP, bool kFp8Qk>
-__device__ __forceinline__ void pv_tile(float (&o)[8][16], uint32_t tile, uint32_t pt_lo, uint32_t empty, int t) {
-  const int lane = t % 32;
-  constexpr uint32_t kRowBytes = km::row_bytes(kFp8Qk);
-  // The key at position 16 ks + 8 h + 2 q4 + lohi is row 16 ks + 8 h + key_of_position(2 q4 + lohi):
-  // one base per lohi, the rest immediates.
-  uint32_t rows[2];
+// PV's loads: thread t's 16 bytes (km::pv_load_offset) of the keys of its A columns. The key at
+// position 16 ks + 8 h + 2 q4 + lohi is row 16 ks + 8 h + key_of_position(2 q4 + lohi): one base
+// per lohi, the rest immediates.
+template <bool kFp8Qk>
+__device__ __forceinline__ void pv_rows(uint32_t (&rows)[2], uint32_t tile, int t) {
 #pragma unroll
   for (int lohi = 0; lohi < 2; ++lohi)
-    rows[lohi] = tile + km::pv_key(0, t, 0, lohi, kFp8Qk) * kRowBytes + km::pv_load_offset(t);
-  uint4 x[2][2];  // [h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of k-step ks
-  const auto load = [&](int ks) {
+    rows[lohi] = tile + km::pv_key(0, t, 0, lohi, kFp8Qk) * km::row_bytes(kFp8Qk) + km::pv_load_offset(t);
+}
+// x[h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of k-step ks.
+template <bool kFp8Qk>
+__device__ __forceinline__ void pv_load(uint4 (&x)[2][2], const uint32_t (&rows)[2], int ks) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + (16 * ks + 8 * h) * kRowBytes);
-  };
-  load(0);
+    for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + (16 * ks + 8 * h) * km::row_bytes(kFp8Qk));
+}
+
+// O^T += V^T P^T over one tile (4 k-steps of 16 keys, 8 m-tiles each in two groups of 4); P^T
+// hi at pt_lo's descriptor, lo kPtBytes further (kSplitP). x holds k-step 0's loads, issued by
+// the caller before the softmax (issued here, after the P barrier, their latency stalled the
+// first conversions). The stage is released after the last conversion.
+template <bool kSplitP, bool kFp8Qk>
+__device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], const uint32_t (&rows)[2], uint32_t pt_lo,
+                                        uint32_t empty, int t) {
+  const int lane = t % 32;
+  const auto load = [&](int ks) { pv_load<kFp8Qk>(x, rows, ks); };
 #pragma unroll
   for (int ks = 0; ks < km::kPvSteps; ++ks) {
 #pragma unroll
@@ -459,6 +465,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       } else {
         qk_tile(sc, tile, q_lo, t);
       }
+      uint32_t pv_r[2];
+      uint4 pv_x[2][2];
+      pv_rows<kFp8Qk>(pv_r, tile, t);
+      pv_load<kFp8Qk>(pv_x, pv_r, 0);  // PV's first loads, landing during the softmax
 #pragma unroll
       for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
 
@@ -548,7 +558,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       }
       fence_proxy_async();  // P^T (generic stores) -> the async proxy of the wgmma
       named_bar_sync(kBarP + c, 128);
-      pv_tile<kSplitP, kFp8Qk>(o, tile, pt_lo, base + kBarEmpty + 8 * st, t);
+      pv_tile<kSplitP, kFp8Qk>(o, pv_x, pv_r, pt_lo, base + kBarEmpty + 8 * st, t);
     }
     wgmma_wait<0>();
 #pragma unroll
