@@ -24,6 +24,24 @@ void note_launch(const char* kernel);
 
 inline cudaStream_t as_cuda(Stream s) { return static_cast<cudaStream_t>(s); }
 
+// Launches kernel(args...) with no dynamic shared memory, as a programmatic dependent of the
+// work before it on the stream when `dependent` (PDL: its CTAs may start before that work ends;
+// the kernel waits in griddepcontrol.wait before it reads that work's results).
+template <typename... KernelArgs, typename... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cudaStream_t stream, bool dependent,
+                      Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = dependent ? 1 : 0;
+  KESTREL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<Args&&>(args)...));
+}
+
 // Runs `set` once per (current device, tag): settings that CUDA keeps per device, such as a
 // kernel's dynamic shared-memory opt-in (cudaFuncSetAttribute). A process-wide std::call_once
 // would leave every device but the first without it.

@@ -347,16 +347,9 @@ KdaStepParams token_steps_params(const Args& a) {
 
 template <typename T, typename P, bool kMulti, bool kStream = false>
 void launch_token_steps_as(const KdaStepParams& p, Stream stream) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = as_cuda(stream);
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  KESTREL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kda_token_steps_kernel<T, P, kMulti, kStream>, p));
+  launch_dependent(kda_token_steps_kernel<T, P, kMulti, kStream>,
+                   dim3(static_cast<unsigned>(static_cast<int64_t>(p.N) * p.H * p.tiles)), dim3(kThreads),
+                   as_cuda(stream), true, p);
 }
 
 // The instantiation for out dtype T: the pool's dtype, and for an f32 decode the store kind.

@@ -345,16 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
       for (int k = 0; k < 2; ++k) {
         const int local = rg * 16 + g + 8 * k;
         const float l_tot = l[k] + sm.red_sum[hf ^ 1][local];  // a + b == b + a: both warps agree
-        float scale, lse2;
-        if (bad_len) {
-          scale = lse2 = NAN;
-        } else if (l_tot > 0.0f || l_tot != l_tot) {
-          scale = p.out_scale / l_tot;
-          lse2 = m[k] + log2f(l_tot);
-        } else {  // nothing attended
-          scale = 0.0f;
-          lse2 = -INFINITY;
-        }
+        const auto [scale, lse2] = mla_row_end(bad_len, m[k], l_tot, p.out_scale);
         if (hf == 0 && tq == 0) sm.lse_tile[local] = lse2;
 #pragma unroll
         for (int nb = 0; nb < kONb; ++nb) {
@@ -677,17 +668,9 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
     const int parts = mla_attention_combine_parts(Tq * H, sms);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(Tq * H), static_cast<unsigned>(parts));
-    cfg.blockDim = dim3(kCombineThreads);
-    cfg.stream = s;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = p.combine_early ? 1 : 0;
-    KESTREL_CUDA_CHECK(parts == 4 ? cudaLaunchKernelEx(&cfg, mla_attention_combine_kernel<4>, p)
-                                  : cudaLaunchKernelEx(&cfg, mla_attention_combine_kernel<1>, p));
+    const dim3 cgrid(static_cast<unsigned>(Tq * H), static_cast<unsigned>(parts));
+    launch_dependent(parts == 4 ? mla_attention_combine_kernel<4> : mla_attention_combine_kernel<1>, cgrid,
+                     dim3(kCombineThreads), s, p.combine_early, p);
     KESTREL_LAUNCHED("mla_attention_combine_kernel");
     scratch_free(ws, s);
   }

@@ -171,4 +171,16 @@ void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_
 // grid (32-row tiles, splits, B), same outputs.
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, cudaStream_t s);
 
+// The end of a row: its output scale and lse (log2 units) from the running maximum m and sum l.
+// A bad sequence length gives NaN; nothing attended (l = 0) gives o = 0 and lse = -inf; a NaN sum
+// (a NaN page) propagates.
+struct MlaRowEnd {
+  float scale, lse2;
+};
+__device__ __forceinline__ MlaRowEnd mla_row_end(bool bad_len, float m, float l, float out_scale) {
+  if (bad_len) return {NAN, NAN};
+  if (l > 0.0f || l != l) return {out_scale / l, m + log2f(l)};
+  return {0.0f, -INFINITY};  // nothing attended
+}
+
 }  // namespace kestrel::ops::cuda

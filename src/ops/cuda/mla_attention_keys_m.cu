@@ -624,16 +624,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       for (int k = 0; k < 8; ++k) {
         const int n = col_of_slot(q4, k);
         if (n >= tp.rows_here) continue;
-        float scale, lse2;
-        if (s.bad_len) {
-          scale = lse2 = NAN;
-        } else if (l_all[k] > 0.0f || l_all[k] != l_all[k]) {
-          scale = p.out_scale / l_all[k];
-          lse2 = m_ref[k] + log2f(l_all[k]);
-        } else {  // nothing attended
-          scale = 0.0f;
-          lse2 = -INFINITY;
-        }
+        const auto [scale, lse2] = mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale);
         float v[16];  // features f0 + e
 #pragma unroll
         for (int mm = 0; mm < 8; ++mm)

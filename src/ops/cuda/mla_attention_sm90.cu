@@ -929,16 +929,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
     for (int h = 0; h < 2; ++h) {
       const int local = row0 + 8 * h;
       if (local >= tp.rows_here) continue;
-      float scale, lse2;
-      if (s.bad_len) {
-        scale = lse2 = NAN;
-      } else if (l[h] > 0.0f || l[h] != l[h]) {
-        scale = p.out_scale / l[h];
-        lse2 = m[h] + log2f(l[h]);
-      } else {  // nothing attended
-        scale = 0.0f;
-        lse2 = -INFINITY;
-      }
+      const auto [scale, lse2] = mla_row_end(s.bad_len, m[h], l[h], p.out_scale);
       const int r = tp.r0 + local;
       if (p.splits == 1) {
         uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
