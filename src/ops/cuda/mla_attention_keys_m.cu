@@ -27,9 +27,9 @@
 //     CTA). Nothing passes between them per tile.
 //   warps 8-11, the producers: per tile, one cp.async.bulk per cache row (16 rows a warp; 576
 //     bytes into a row of km::row_bytes: 608 for the exact layout, 592 for the fast one, the
-//     strides that make their loads conflict-free), completing on the stage's `full`; rows past the end are zeros and
-//     rows of a page outside the cache e4m3 NaN (0x7F), written by the producer before its
-//     arrival. (Any page size and page / row strides of whole 16 bytes.)
+//     strides that make their loads conflict-free), completing on the stage's `full`; rows past
+//     the end are zeros and rows of a page outside the cache e4m3 NaN (0x7F), written by the
+//     producer before its arrival. (Any page size and page / row strides of whole 16 bytes.)
 //
 // Per tile and consumer warpgroup:
 //   QK  exact: 9 groups of 4 k-steps: each thread loads 16 bytes of each of its two key rows
@@ -119,8 +119,8 @@ using sm90::mbar_wait;
 using sm90::named_bar_arrive;
 using sm90::named_bar_sync;
 using sm90::opaque;
-using sm90::sw128_lo;
 using sm90::stmatrix_x4_trans;
+using sm90::sw128_lo;
 using sm90::sw128_offset;
 using sm90::wgmma_commit;
 using sm90::wgmma_fence;
