@@ -15,10 +15,10 @@
 // q_scale * sum_d |dec(q_d)| * max|k| (a bound on |score| and on the magnitudes in its sum); lse within
 // 1e-4 absolute + 1678 f32 ulps (~1e-4 relative). The fast precision ("-fastP": P rounded once
 // to bf16 / f16 before P V, as FlashMLA does) adds kv_scale * max|v| * 2^-8 to o's bound, and
-// with an fp8 cache and an fp8 q (QK on the e4m3 operands) a score error delta (Qk8ScoreError):
-// kv_scale * max|v| * (exp(2 delta) - 1) to o's, delta to lse's. The CI slice keeps each case
-// under ~5e7 multiply-adds in the f64 reference; the full set adds 32k contexts with few heads
-// and H = 64, 96, 128.
+// with an fp8 cache and an fp8 q (QK on the e4m3 operands) a score error delta (Qk8ScoreError,
+// the fp8 path's truncation as measured): kv_scale * max|v| * (exp(2 delta) - 1) to o's, delta
+// to lse's. The CI slice keeps each case under ~5e7 multiply-adds in the f64 reference; the full
+// set adds 32k contexts with few heads and H = 64, 96, 128.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -106,14 +106,15 @@ const char* variant_name(Variant v) {
 // Buffer indices.
 enum : size_t { kO, kQ, kCache, kTable, kSeqLens, kQStart, kLse };
 
-// The fast precision with an fp8 cache and an fp8 q may run v3's QK on the e4m3 operands, whose
-// f32 accumulators keep 13 mantissa bits through the tensor core's fp8 path (truncated; 18 k32
-// steps, features 32 s .. 32 s + 31 in order). Its score error, as modelled: 2^-11 * sum_s |D_s|
-// (D_s the partial sum through step s), times the scales: four truncations of 2^-13 per step,
-// since one per step (the result's) does not cover what the H200 shows (up to 1.3 of it: sums
-// inside a step are truncated too). A model, not a proof: measured at most 0.33 of it (8 seeds,
-// docs/ops/mla_attention.md). Returned per (t, h): the largest over the keys of the token's
-// sequence (a superset of those it attends), natural-log units.
+// The fast precision with an fp8 cache and an fp8 q may run v3's QK on the e4m3 operands: 18
+// wgmma k32 steps (features 32 s .. 32 s + 31 in order) on the fp8 tensor path, which keeps each
+// addend of a step (its 32 products and the incoming sum) only down to 2^-13 of the largest
+// one's leading bit, truncated (measured on the H200: tests/core/fp8_mma_accumulation_probe_test.cu).
+// The score error is then at most, per step, the sum over its addends a of min(|a|, u), u = 2^-13
+// of the largest one's leading bit, plus 2^-13 |D_s| for the result (D_s the partial sum after
+// step s), times the scales.
+// Returned per (t, h): the largest over the keys of the token's sequence (a superset of those it
+// attends), natural-log units.
 struct Qk8ScoreError {
   Plan plan;
   std::vector<int64_t> seq_lens;
@@ -131,14 +132,24 @@ struct Qk8ScoreError {
         for (int64_t j = 0; j < L; ++j) {
           const int64_t page = plan.table[static_cast<size_t>(b * plan.max_pages + j / ps)];
           const int64_t row0 = (page * cache_rows + j % ps) * kMlaRow;
-          double D = 0, sum = 0;
+          double D = 0, err = 0;
           for (int64_t st = 0; st < kMlaRow / 32; ++st) {
-            for (int64_t d = 32 * st; d < 32 * st + 32; ++d) D += q[static_cast<size_t>(d)] * in.value(kCache, row0 + d);
-            sum += std::fabs(D);
+            double prod[32], largest = std::fabs(D);
+            for (int64_t d = 0; d < 32; ++d) {
+              prod[d] = q[static_cast<size_t>(32 * st + d)] * in.value(kCache, row0 + 32 * st + d);
+              largest = std::max(largest, std::fabs(prod[d]));
+            }
+            const double unit = largest > 0 ? std::ldexp(1.0, std::ilogb(largest) - 13) : 0.0;  // 2^-13 of its leading bit
+            err += std::min(std::fabs(D), unit);
+            for (double x : prod) {
+              err += std::min(std::fabs(x), unit);
+              D += x;
+            }
+            err += std::ldexp(std::fabs(D), -13);
           }
-          worst = std::max(worst, sum);
+          worst = std::max(worst, err);
         }
-        delta[static_cast<size_t>(t * H + h)] = std::ldexp(worst, -11) * scale;
+        delta[static_cast<size_t>(t * H + h)] = worst * scale;
       }
     }
     return delta;
