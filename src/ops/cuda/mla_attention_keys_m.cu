@@ -8,9 +8,9 @@
 //   PV:  O^T = V^T P^T M = 512 value features (8 m-tiles), N = 32 query rows, K-dim = 64 keys
 // Two instantiations (kFp8Qk): exact precision widens the keys to f16 for QK (36 k-steps of 16,
 // f32 accumulation), P as hi + lo; the fast one runs QK on the e4m3 bytes as they are (18
-// k-steps of 32: half the tensor work, no conversions; the fp8 path's accumulators keep 13
-// mantissa bits, docs/ops/mla_attention.md) and rounds P once. Each has its tile layout
-// (km::row_bytes, key_of_position).
+// k-steps of 32: half the tensor work, no conversions; the fp8 path truncates its addends to 13
+// bits below the largest one's, docs/ops/mla_attention.md) and rounds P once. Each has its tile
+// layout (km::row_bytes, key_of_position).
 // With N = the query rows a decode at H = 32 has no padded rows (v2's M = 64 is half padding).
 // The register and shared-memory index maps, proven on the host against the PTX ISA's fragment
 // and descriptor model: mla_attention_keys_m_layout.h and its test; the barrier protocol below by

@@ -144,8 +144,9 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
 
 // S[64 x 32] (+)= A[64 x 32] B[32 x 32] with e4m3 A (registers: 4 x 4 bytes per thread, the
 // k16 fragment in bytes) and e4m3 B K-major in shared memory (8-bit operands have no transpose):
-// the keys-as-M kernel's QK at the fast precision. The f32 accumulators keep fewer bits than
-// f32 through this path (docs/ops/mla_attention.md). scale_d == 0 overwrites d.
+// the keys-as-M kernel's QK at the fast precision. The path keeps each addend only down to 2^-13
+// of the largest one's leading bit (tests/core/fp8_mma_accumulation_probe_test.cu). scale_d == 0
+// overwrites d.
 __device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b,
                                                         int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
