@@ -30,6 +30,7 @@
 #include "../../src/ops/cuda/mla_attention_sm90_layout.h"
 #include "../../src/ops/cuda/sm90_ptx.cuh"
 #include "kestrel/core/convert.h"
+#include "kestrel/core/cuda_check.h"
 #include "kestrel/core/device.h"
 #include "kestrel/core/error.h"
 
@@ -37,14 +38,6 @@ namespace kestrel {
 namespace {
 
 namespace sm = ops::cuda::sm90;
-
-#define PROBE_CUDA(expr)                                                                                    \
-  do {                                                                                                      \
-    const cudaError_t err_ = (expr);                                                                        \
-    if (err_ != cudaSuccess)                                                                                \
-      throw ::kestrel::Error(::kestrel::str("CUDA error ", cudaGetErrorName(err_), " in ", #expr, " at ", \
-                                            __FILE__, ":", __LINE__));                                      \
-  } while (0)
 
 constexpr int kM = 64, kN = 32, kK = 32, kMaxSteps = 4;
 constexpr int kSmem = kMaxSteps * 4096 + 1024;  // one 32-row, 128-byte-swizzled chunk per step
@@ -118,9 +111,9 @@ TEST(Fp8MmaAccumulationProbeCuda, WithinTheStatedBound) {
   std::string why;
   if (!cuda_available(&why)) GTEST_SKIP() << why;
   int dev = 0, major = 0, minor = 0;
-  PROBE_CUDA(cudaGetDevice(&dev));
-  PROBE_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  PROBE_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  KESTREL_CUDA_CHECK(cudaGetDevice(&dev));
+  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  KESTREL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
   if (major != 9 || minor != 0) GTEST_SKIP() << "needs compute capability 9.0, device is " << major << "." << minor;
 
   const std::vector<Experiment> xs = experiments();
@@ -141,18 +134,18 @@ TEST(Fp8MmaAccumulationProbeCuda, WithinTheStatedBound) {
       }
   uint8_t *da, *db;
   float* dd;
-  PROBE_CUDA(cudaMalloc(&da, a.size()));
-  PROBE_CUDA(cudaMalloc(&db, b.size()));
-  PROBE_CUDA(cudaMalloc(&dd, kM * kN * 4));
-  PROBE_CUDA(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice));
-  PROBE_CUDA(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice));
-  PROBE_CUDA(cudaMemset(dd, 0xFF, kM * kN * 4));  // NaN: unwritten elements show
-  PROBE_CUDA(cudaFuncSetAttribute(fp8_mma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  KESTREL_CUDA_CHECK(cudaMalloc(&da, a.size()));
+  KESTREL_CUDA_CHECK(cudaMalloc(&db, b.size()));
+  KESTREL_CUDA_CHECK(cudaMalloc(&dd, kM * kN * 4));
+  KESTREL_CUDA_CHECK(cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice));
+  KESTREL_CUDA_CHECK(cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice));
+  KESTREL_CUDA_CHECK(cudaMemset(dd, 0xFF, kM * kN * 4));  // NaN: unwritten elements show
+  KESTREL_CUDA_CHECK(cudaFuncSetAttribute(fp8_mma_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   fp8_mma_probe_kernel<<<1, 128, kSmem>>>(da, db, steps, dd);
-  PROBE_CUDA(cudaGetLastError());
-  PROBE_CUDA(cudaDeviceSynchronize());
+  KESTREL_CUDA_CHECK(cudaGetLastError());
+  KESTREL_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<float> d(kM * kN);
-  PROBE_CUDA(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost));
+  KESTREL_CUDA_CHECK(cudaMemcpy(d.data(), dd, d.size() * 4, cudaMemcpyDeviceToHost));
   cudaFree(da);
   cudaFree(db);
   cudaFree(dd);
