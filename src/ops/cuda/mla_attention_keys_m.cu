@@ -381,7 +381,6 @@ template <bool kSplitP, bool kFp8Qk>
 __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], const uint32_t (&rows)[2], uint32_t pt_lo,
                                         uint32_t empty, int t) {
   const int lane = t % 32;
-  const auto load = [&](int ks) { pv_load<kFp8Qk>(x, rows, ks); };
 #pragma unroll
   for (int ks = 0; ks < km::kPvSteps; ++ks) {
 #pragma unroll
@@ -399,7 +398,7 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], con
       }
       // The next k-step's rows, right after this one's last use: in flight during the wgmmas and
       // the wait below (loaded at the k-step's start, their latency stalled every conversion).
-      if (half == 1 && ks + 1 < km::kPvSteps) load(ks + 1);
+      if (half == 1 && ks + 1 < km::kPvSteps) pv_load<kFp8Qk>(x, rows, ks + 1);
       if (ks == km::kPvSteps - 1 && half == 1) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty);  // every byte of the tile this warp reads is in registers

@@ -113,24 +113,34 @@ __device__ __forceinline__ void wgmma_m64n32k16_ss(float (&d)[16], uint64_t desc
   }
 }
 
-// S[64 x 32] (+)= A[64 x 16] B[16 x 32] with A from registers (4 x 2 values per thread, the
-// fragment layout of mla_attention_sm90_layout.h's frag_a_*) and B K-major in shared memory:
-// the keys-as-M fp8 kernel (mla_attention_keys_m.cu), whose A operands are e4m3 cache bytes
-// widened in registers. scale_d == 0 overwrites d.
-#define KESTREL_WGMMA_M64N32K16_RS(TYPE)                                                                      \
+// S[64 x 32] (+)= A B with A from registers (4 registers per thread) and B K-major in shared
+// memory: the keys-as-M fp8 kernel (mla_attention_keys_m.cu). INSTR is the instruction's shape and
+// types, IMMS its immediates after scale-d (scale-a, scale-b, and for 16-bit types trans-b).
+// scale_d == 0 overwrites d.
+#define KESTREL_WGMMA_M64N32_RS(INSTR, IMMS)                                                                  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"                                                   \
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE                                              \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n" \
+               "wgmma.mma_async.sync.aligned." INSTR                                                           \
+               " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, " IMMS ";\n}\n" \
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),    \
                  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]) \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+// A [64 x 16] in 16-bit values (4 x 2 per thread, the fragment layout of
+// mla_attention_sm90_layout.h's frag_a_*): the e4m3 cache bytes widened in registers.
 template <bool kF16 = false>
 __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
   if constexpr (kF16) {
-    KESTREL_WGMMA_M64N32K16_RS("f16.f16 ");
+    KESTREL_WGMMA_M64N32_RS("m64n32k16.f32.f16.f16", "1, 1, 0");
   } else {
-    KESTREL_WGMMA_M64N32K16_RS("bf16.bf16 ");
+    KESTREL_WGMMA_M64N32_RS("m64n32k16.f32.bf16.bf16", "1, 1, 0");
   }
+}
+// A [64 x 32] in e4m3 (4 x 4 bytes per thread: the k16 fragment in bytes), B e4m3 (8-bit
+// operands have no transpose): the keys-as-M kernel's QK at the fast precision. The path keeps
+// each addend only down to 2^-13 of the largest one's leading bit
+// (tests/core/fp8_mma_accumulation_probe_test.cu).
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b,
+                                                        int scale_d) {
+  KESTREL_WGMMA_M64N32_RS("m64n32k32.f32.e4m3.e4m3", "1, 1");
 }
 
 // Four 8 x 8 b16 matrices from the accumulator fragment (lane l holds row l / 4, columns
@@ -140,21 +150,6 @@ __device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t 
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
                "r"(r[2]), "r"(r[3])
                : "memory");
-}
-
-// S[64 x 32] (+)= A[64 x 32] B[32 x 32] with e4m3 A (registers: 4 x 4 bytes per thread, the
-// k16 fragment in bytes) and e4m3 B K-major in shared memory (8-bit operands have no transpose):
-// the keys-as-M kernel's QK at the fast precision. The path keeps each addend only down to 2^-13
-// of the largest one's leading bit (tests/core/fp8_mma_accumulation_probe_test.cu). scale_d == 0
-// overwrites d.
-__device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[16], const uint32_t (&a)[4], uint64_t desc_b,
-                                                        int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 }
 
 // The 128 f32 accumulators of an m64n256 wgmma: the register list in the PTX string and the
