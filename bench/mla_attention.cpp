@@ -38,6 +38,7 @@ void add_mla_attention_benches(Registry& r) {
     Case c;
     c.name = str(kernel == ops::MlaAttentionKernel::mma_sync       ? "mla_attention_v1/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
+                 : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "mla_attention_kmw/"
                  : kernel == ops::MlaAttentionKernel::wgmma        ? "mla_attention_v2/"
                                                                    : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
@@ -106,6 +107,10 @@ void add_mla_attention_benches(Registry& r) {
     for (const int64_t q_len : {1, 4})
       for (const auto precision : {ops::MlaAttentionPrecision::exact, fast})
         add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, ops::MlaAttentionKernel::wgmma_keys_m, precision);
+  // Its wide form (64 query rows per CTA, fast only) on the same shapes.
+  for (const int64_t H : {32, 128})
+    for (const int64_t q_len : {1, 4})
+      add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, ops::MlaAttentionKernel::wgmma_keys_m_wide, fast);
   // The H 32 decode over the batch and context grid, both kernels (automatic is v2 there
   // unless the rule picks v3), P rounded once.
   for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
@@ -115,7 +120,8 @@ void add_mla_attention_benches(Registry& r) {
         add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, ctx, kernel, fast);
       }
   // More rows per sequence (H 96 / 128 decode, verify 2 / 4 / 8 at H 32), both kernels, 8k keys.
-  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
+  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma_keys_m_wide,
+                            ops::MlaAttentionKernel::wgmma})
     for (const auto& [H, q_len] : {std::pair<int64_t, int64_t>{96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
       for (const int64_t B : {1, 8, 32, 128}) {
         if (B == 128 && ((H == 128 && q_len == 1) || (H == 32 && q_len == 4))) continue;  // above

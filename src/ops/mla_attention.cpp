@@ -118,14 +118,23 @@ bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits) {
 // 128 1.40x; H 96 / 128 and verify 2 / 4 / 8 at 8k keys 1.07-1.17x from B 1 up, B 1 H 96 1.11x);
 // with less work v2's shorter start wins (H 32 decode B 1 at 1k-8k, B 8 at 1k: 0.88-0.94x; B 1 at
 // 32k and B 32 at 1k about even). H200, docs/perf.md (eighteenth session).
+// Its wide form (64 query rows per CTA, fast precision) ran 1.09-1.27x faster than the 32-row one
+// wherever 64-row tiles are full and the call has work enough (H 128 decode and verify 4 / 8 at
+// H 32 from B 8 up, verify 2 from B 32; B 128 8k: H 128 590 -> 469 us, verify 4 584 -> 469), and
+// 0.95-0.97x at B 1 (8k keys) and at H 96 with B 8 / 128 (a 64-row tile of its 96 rows is half
+// padding; B 32 1.10x). H200, docs/perf.md (twentieth session).
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
-                                             bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len) {
+                                             bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len,
+                                             bool fast_precision) {
   if (requested != MlaAttentionKernel::automatic) return requested;
   if (!(cc_major == 9 && cc_minor == 0)) return MlaAttentionKernel::mma_sync;
   const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
-  if (fp8_cache_and_q && batch * tiles * kv_len >= kMlaAttentionKeysMMinTileKeys)
-    return MlaAttentionKernel::wgmma_keys_m;
-  return MlaAttentionKernel::wgmma;
+  if (!fp8_cache_and_q || batch * tiles * kv_len < kMlaAttentionKeysMMinTileKeys) return MlaAttentionKernel::wgmma;
+  const int64_t wide_tiles = (rows + kMlaAttentionKeysMWideTileRows - 1) / kMlaAttentionKeysMWideTileRows;
+  const int64_t wide_rows = wide_tiles * kMlaAttentionKeysMWideTileRows;
+  const bool wide = fast_precision && 4 * (wide_rows - rows) < wide_rows &&
+                    batch * wide_tiles * kv_len >= kMlaAttentionKeysMWideMinTileKeys;
+  return wide ? MlaAttentionKernel::wgmma_keys_m_wide : MlaAttentionKernel::wgmma_keys_m;
 }
 
 Support mla_attention_supports(Backend b, const MlaAttentionArgs& a) {

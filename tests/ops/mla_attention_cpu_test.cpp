@@ -87,28 +87,46 @@ Problem make(int64_t H, int64_t n, int64_t L, uint64_t seed) {
 // stays forced (supports() then says whether the device and dtypes allow it).
 TEST(MlaAttentionRule, CudaKernelChoice) {
   using K = MlaAttentionKernel;
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0, true, 32, 128, 8192), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 10, 0, true, 32, 128, 8192), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 12, 0, false, 32, 1, 1024), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0, true, 32, 128, 8192), K::mma_sync);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6, false, 32, 1, 1024), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0, false, 128, 1, 64), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0, true, 32, 128, 8192, false), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 10, 0, true, 32, 128, 8192, false), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 12, 0, false, 32, 1, 1024, false), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0, true, 32, 128, 8192, false), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6, false, 32, 1, 1024, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0, false, 128, 1, 64, false), K::wgmma_keys_m);
   // The keys-as-M kernel: fp8 cache and q, batch x ceil(rows / 32) x kv_len >= 24576.
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 8192), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 1, 128, 1024), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 128, 8192), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 2, 8191), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 32768), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 16384), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 8192), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 96, 1, 8192), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 1, 8192), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8191), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8192), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 4096), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 9, true, 32, 128, 8192), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 8192, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 1, 128, 1024, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 128, 8192, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 2, 8191, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 32768, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 16384, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 8192, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 96, 1, 8192, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 1, 8192, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8191, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8192, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 4096, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 9, true, 32, 128, 8192, false), K::mma_sync);
+  // Its wide form (64 query rows per CTA): the fast precision, 64-row tiles less than a quarter
+  // padding, batch x ceil(rows / 64) x kv_len >= 65536; a forced kernel stays forced.
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 128, 8192, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 128, 8192, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 49, 128, 8192, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 48, 128, 8192, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 96, 128, 8192, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 160, 128, 8192, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 128, 8192, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 128, 8192, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 8, 8192, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 8, 8191, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 8192, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 32768, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 1, 8192, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 8192, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0, true, 128, 128, 8192, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m_wide, 9, 0, true, 32, 1, 64, false), K::wgmma_keys_m_wide);
 }
 
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at

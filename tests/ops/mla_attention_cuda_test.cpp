@@ -158,6 +158,29 @@ TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
   EXPECT_NE(bf16_cache.reason.find("got a bf16 cache"), std::string::npos) << bf16_cache.reason;
 }
 
+// Its wide form (64 query rows per CTA) runs when forced with the fast precision, is refused with
+// the reason for the exact one, and is the automatic choice for an fp8 fast call with 64+ rows
+// per sequence and work enough (here H 128: two 64-row tiles per sequence, 4 x 2 x 8192 tile-keys);
+// the 32-row form stays the choice at H 32 and for the exact precision.
+TEST_F(MlaAttentionCuda, WideKeysMKernelForFastCallsWithManyRows) {
+  constexpr const char* kWide = "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>";
+  Problem p = make(64, DType::fp8_e4m3, {100, 37, 700}, 21, 32);
+  use_fp8_q(p, 22);
+  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast), kWide));
+  const Support exact = mla_attention_supports(Backend::cuda, args(p, MlaAttentionKernel::wgmma_keys_m_wide));
+  EXPECT_FALSE(exact.ok);
+  EXPECT_NE(exact.reason.find("runs precision fast only"), std::string::npos) << exact.reason;
+  Problem many_rows = make(64, DType::fp8_e4m3, std::vector<int32_t>(4, 8192), 23, 128);
+  use_fp8_q(many_rows, 24);
+  EXPECT_TRUE(launched(run(many_rows, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), kWide));
+  EXPECT_TRUE(launched(run(many_rows, MlaAttentionKernel::automatic, MlaAttentionPrecision::exact),
+                       "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
+  Problem h32 = make(64, DType::fp8_e4m3, std::vector<int32_t>(8, 8192), 25, 32);
+  use_fp8_q(h32, 26);
+  EXPECT_TRUE(launched(run(h32, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast),
+                       "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"));
+}
+
 TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
   for (int64_t ps : {32, 64, 128}) {
     const auto log = run(make(ps, DType::bf16, {100, 37, 64}, 2), MlaAttentionKernel::automatic);
@@ -423,17 +446,22 @@ TEST_F(MlaAttentionCuda, FastPrecisionRoundsPOnceOnTheWgmmaKernelOnly) {
 // query is attended), the other sequences keep the bits of the run with a valid table.
 TEST_F(MlaAttentionCuda, PageOutsideTheCacheMakesOnlyItsQueriesNan) {
   for (DType dt : {DType::bf16, DType::fp8_e4m3})
-    for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma, MlaAttentionKernel::mma_sync, MlaAttentionKernel::wgmma_keys_m})
+    for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma, MlaAttentionKernel::mma_sync, MlaAttentionKernel::wgmma_keys_m,
+                                 MlaAttentionKernel::wgmma_keys_m_wide})
       for (int64_t ps : {32, 64}) {
-        if (k == MlaAttentionKernel::wgmma_keys_m && dt != DType::fp8_e4m3) continue;  // (fp8 only)
+        const bool keys_m = k == MlaAttentionKernel::wgmma_keys_m || k == MlaAttentionKernel::wgmma_keys_m_wide;
+        if (keys_m && dt != DType::fp8_e4m3) continue;  // (fp8 only)
+        // (the wide kernel runs the fast precision only)
+        const MlaAttentionPrecision pr =
+            k == MlaAttentionKernel::wgmma_keys_m_wide ? MlaAttentionPrecision::fast : MlaAttentionPrecision::exact;
         Problem p = make(ps, dt, {150, 130, 90}, 5);
-        if (k == MlaAttentionKernel::wgmma_keys_m) use_fp8_q(p, 12);
-        run(p, k);
+        if (keys_m) use_fp8_q(p, 12);
+        run(p, k, pr);
         const std::vector<uint16_t> good = testing_util::download<uint16_t>(p.o);
         std::vector<int32_t> bad_table = p.table;
         bad_table[static_cast<size_t>(1 * p.max_pages() + 1)] = static_cast<int32_t>(p.pages);  // one past the last page
         p.block_table = upload(bad_table, {p.B(), p.max_pages()}, DType::i32, Device::cuda);
-        run(p, k);
+        run(p, k, pr);
         const std::vector<uint16_t> bad = testing_util::download<uint16_t>(p.o);
         const size_t row = static_cast<size_t>(p.H * kMlaNope);
         for (size_t i = 0; i < good.size(); ++i) {

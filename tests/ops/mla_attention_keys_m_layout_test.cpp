@@ -406,6 +406,127 @@ TEST(MlaAttentionKeysMLayout, ProductsMatchInTheFastLayoutsKeyOrder) {
   EXPECT_EQ(emulate(ks, 7), "");
 }
 
+// ---- PV of the wide instantiation (64 query rows, value features split between the warpgroups):
+// warpgroup c's thread t builds its A registers of m-tile mm from one 8-byte load per key at
+// pv_wide_load_offset(c, t) (bytes pv_reg_byte(mm, j)), B = P^T of 64 rows (two 32-row halves
+// written as in the 32-row kernel, rows 32 .. 63 kPtBytes further) read through the k-step
+// descriptor with N = 64; accumulator i of thread t (m64n64: 32 a thread) must hold
+// (P V)[n][pv_wide_feature(c, mm, row)], and the two warpgroups must cover the 512 features once.
+struct WideSide {
+  std::function<int(int, int)> load_offset = km::pv_wide_load_offset;
+  std::function<int(int, int, int)> feature = km::pv_wide_feature;
+  std::function<int(int, int)> reg_byte = km::pv_reg_byte;
+  int p_half_bytes = 32 * 128;  // where P^T's rows 32 .. 63 start
+};
+
+std::string emulate_pv_wide(const WideSide& ws, uint64_t seed) {
+  constexpr int kRows = km::kWideRows;
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> val(-4, 4), pval(0, 6);
+  std::vector<float> V(km::kKeys * km::kDqk);
+  for (auto& x : V) x = static_cast<float>(val(rng));
+  std::vector<uint8_t> tile(static_cast<size_t>(km::kKeys * km::kRowBytes8), 0x7F);  // NaN in the padding
+  for (int k = 0; k < km::kKeys; ++k)
+    for (int f = 0; f < km::kDqk; ++f) tile[static_cast<size_t>(k * km::kRowBytes8 + f)] = kestrel::f32_to_fp8_e4m3(V[k * km::kDqk + f]);
+  std::vector<double> P(kRows * km::kKeys);  // P[n][key]
+  constexpr uint32_t kSmem = 2 * 32 * 128;
+  std::vector<uint8_t> smem(kSmem, 0xFF);  // an unwritten f16 read is NaN
+  for (int n = 0; n < kRows; ++n)
+    for (int key = 0; key < km::kKeys; ++key) {
+      const double v = pval(rng);
+      P[n * km::kKeys + key] = v;
+      const uint16_t h = kestrel::f32_to_f16(static_cast<float>(v));
+      const uint32_t off = static_cast<uint32_t>((n / 32) * ws.p_half_bytes) + sm::sw128_offset(32, n % 32, key);
+      if (off + 2 > kSmem) return "P^T's second half is outside the buffer";
+      std::memcpy(&smem[off], &h, 2);
+    }
+  std::vector<int> covered(km::kDv, 0);
+  for (int c = 0; c < 2; ++c)
+    for (int mm = 0; mm < km::kPvTilesWide; ++mm) {
+      std::vector<double> O(64 * kRows, 0.0);
+      for (int s = 0; s < km::kPvSteps; ++s) {
+        std::vector<double> A(64 * 16, NAN);
+        for (int t = 0; t < 128; ++t) {
+          const int load = ws.load_offset(c, t);
+          if (load % 8 != 0 || load < 0 || load + 8 > km::kDv) return "PV wide: a load is not 8 aligned bytes of the values";
+          for (int j = 0; j < 4; ++j)
+            for (int lohi = 0; lohi < 2; ++lohi) {
+              const int e = 2 * j + lohi, key = km::pv_key(s, t, j, lohi, true), byte = ws.reg_byte(mm, j);
+              if (byte < 0 || byte >= 8) return "PV wide: a register's byte is outside the load";
+              A[hw_a_row(t, e) * 16 + hw_a_col(t, e)] =
+                  kestrel::fp8_e4m3_to_f32(tile[static_cast<size_t>(key * km::kRowBytes8 + load + byte)]);
+            }
+        }
+        const uint64_t db = sm::k_desc(0, s);  // P^T as B: K-major (keys), N = 64 rows
+        for (int n = 0; n < kRows; ++n)
+          for (int k = 0; k < 16; ++k) {
+            uint32_t a;
+            if (!hw_addr(db, Major::k, n, k, a) || a + 2 > kSmem) return "PV wide: bad descriptor";
+            uint16_t h;
+            std::memcpy(&h, &smem[a], 2);
+            const double b = kestrel::f16_to_f32(h);
+            for (int m = 0; m < 64; ++m) O[m * kRows + n] += A[m * 16 + k] * b;
+          }
+      }
+      for (int t = 0; t < 128; ++t)
+        for (int i = 0; i < kRows / 2; ++i) {
+          const int row = hw_d_row(t, i), n = hw_d_col(t, i), f = ws.feature(c, mm, row);
+          if (f < 0 || f >= km::kDv) return "pv_wide_feature out of range";
+          if (n == 0) ++covered[f];
+          double want = 0;
+          for (int key = 0; key < km::kKeys; ++key) want += P[n * km::kKeys + key] * V[key * km::kDqk + f];
+          if (!(O[row * kRows + n] == want))
+            return "PV wide: warpgroup " + std::to_string(c) + " m-tile " + std::to_string(mm) + " row " +
+                   std::to_string(row) + " query " + std::to_string(n) + " is not O[n][" + std::to_string(f) + "]";
+        }
+    }
+  for (int f = 0; f < km::kDv; ++f)
+    if (covered[f] != 1) return "the warpgroups do not cover value feature " + std::to_string(f) + " exactly once";
+  return "";
+}
+
+TEST(MlaAttentionKeysMLayout, WidePvMatchesTheHardwareModel) {
+  for (uint64_t seed : {8u, 9u}) EXPECT_EQ(emulate_pv_wide(WideSide{}, seed), "") << "seed " << seed;
+}
+
+TEST(MlaAttentionKeysMLayout, WidePvPlantedBugsAreCaught) {
+  std::vector<std::pair<const char*, WideSide>> bugs;
+  WideSide b;
+  b.load_offset = [](int c, int t) { return km::pv_wide_load_offset(1 - c, t); };
+  bugs.emplace_back("the other warpgroup's features loaded", b);
+  b = WideSide{};
+  b.reg_byte = [](int mm, int j) { return km::pv_reg_byte(mm ^ 1, j); };
+  bugs.emplace_back("m-tiles' bytes swapped", b);
+  b = WideSide{};
+  b.feature = [](int c, int mm, int row) { return km::pv_wide_feature(c, mm, row ^ 8); };
+  bugs.emplace_back("output rows' halves swapped", b);
+  b = WideSide{};
+  b.p_half_bytes = 0;
+  bugs.emplace_back("P^T's second half written over the first", b);
+  for (const auto& [what, side] : bugs) EXPECT_NE(emulate_pv_wide(side, 10), "") << what;
+}
+
+// The wide PV's 8-byte loads: a half warp (16 lanes) is one wavefront when no two of its lanes
+// touch the same 4-byte bank at different addresses; with the fast layout's 592-byte rows and
+// natural key order each half warp covers the 32 banks once.
+TEST(MlaAttentionKeysMLayout, WidePvLoadsAreFreeOfBankConflicts) {
+  int worst = 0;
+  for (int c = 0; c < 2; ++c)
+    for (int s = 0; s < km::kPvSteps; ++s)
+      for (int j = 0; j < 4; ++j)
+        for (int lohi = 0; lohi < 2; ++lohi)
+          for (int h0 = 0; h0 < 128; h0 += 16) {
+            int count[32] = {};
+            for (int t = h0; t < h0 + 16; ++t) {
+              const int addr = km::pv_key(s, t, j, lohi, true) * km::kRowBytes8 + km::pv_wide_load_offset(c, t);
+              ++count[(addr / 4) % 32];
+              ++count[(addr / 4 + 1) % 32];
+            }
+            for (int n : count) worst = n > worst ? n : worst;
+          }
+  EXPECT_EQ(worst, 1);
+}
+
 // Each planted bug breaks the emulation: it sees every class of error it is meant to see.
 TEST(MlaAttentionKeysMLayout, PlantedBugsAreCaught) {
   std::vector<std::pair<const char*, KernelSide>> bugs;

@@ -18,6 +18,8 @@ enum class MlaAttentionKernel : uint8_t {
   wgmma,     // v2: sm_90a WGMMA, producer warpgroup + mbarrier ring (mla_attention_sm90.cu)
   wgmma_keys_m,  // v3: sm_90a WGMMA with the keys as M, fp8 cache and fp8 q only
                  // (mla_attention_keys_m.cu): the e4m3 rows widened in the consumers' registers
+  wgmma_keys_m_wide,  // v3 with 64 query rows per CTA (the value features split between its two
+                      // warpgroups): fp8 cache and fp8 q, precision fast only
 };
 
 // How the softmax weights P enter the P V product on the CUDA WGMMA kernel (v2). `exact` (the
@@ -101,11 +103,17 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // cache with an fp8 q when the call's work in 32-row query tiles times keys, batch x ceil(rows /
 // 32) x kv_len (rows: a sequence's planned query rows, tokens x heads; kv_len: the planning
 // length), is at least kMlaAttentionKeysMMinTileKeys, else the WGMMA kernel (v2); v1 elsewhere.
-// v2 covers every call v1 supports (same limits).
-inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;  // query rows per CTA of the keys-as-M kernel
+// v3 in its wide form (64 query rows per CTA) when the precision is fast, 64-row tiles carry
+// less than a quarter padding (4 x (ceil(rows / 64) x 64 - rows) < ceil(rows / 64) x 64) and the
+// work in 64-row tiles, batch x ceil(rows / 64) x kv_len, is at least
+// kMlaAttentionKeysMWideMinTileKeys. v2 covers every call v1 supports (same limits).
+inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;      // query rows per CTA of the keys-as-M kernel
+inline constexpr int64_t kMlaAttentionKeysMWideTileRows = 64;  // and of its wide form
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
+inline constexpr int64_t kMlaAttentionKeysMWideMinTileKeys = 65536;
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
-                                             bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len);
+                                             bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len,
+                                             bool fast_precision);
 
 namespace cpu {
 void mla_attention(const MlaAttentionArgs& a);

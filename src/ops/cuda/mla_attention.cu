@@ -575,16 +575,19 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
     return Support::no(str("max_pages * page_size = ", a.block_table.size(1) * a.cache.size(1), " exceeds 2^31 - 2^16"));
   if (a.q.size(0) * a.q.size(1) > INT32_MAX)
     return Support::no(str("Tq * H = ", a.q.size(0) * a.q.size(1), " exceeds int32"));
-  if (a.cuda_kernel == MlaAttentionKernel::wgmma || a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m) {
+  const bool keys_m = a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m || a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_wide;
+  if (a.cuda_kernel == MlaAttentionKernel::wgmma || keys_m) {
     const auto [major, minor] = compute_capability();
     if (!(major == 9 && minor == 0))
       return Support::no(str("cuda_kernel: the wgmma kernels need sm_90a (compute capability 9.0: wgmma, setmaxnreg, "
                              "cp.async.bulk), this device is ", major, ".", minor));
   }
-  if (a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m &&
-      (a.cache.dtype != DType::fp8_e4m3 || a.q.dtype != DType::fp8_e4m3))
+  if (keys_m && (a.cache.dtype != DType::fp8_e4m3 || a.q.dtype != DType::fp8_e4m3))
     return Support::no(str("cuda_kernel: the keys-as-M kernel takes an fp8_e4m3 cache with an fp8_e4m3 q, got a ",
                            dtype_name(a.cache.dtype), " cache with a ", dtype_name(a.q.dtype), " q"));
+  if (a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_wide && a.precision != MlaAttentionPrecision::fast)
+    return Support::no("cuda_kernel: the wide keys-as-M kernel (64 query rows per CTA) runs precision fast only (P "
+                       "rounded once, QK on the e4m3 operands), got precision exact");
   return Support::yes();
 }
 
@@ -622,13 +625,17 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   p.out_scale = a.kv_scale;
 
   // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence, in row
-  // tiles of 64 (v1, v2) or 32 (the keys-as-M kernel).
+  // tiles of 64 (v1, v2, the wide keys-as-M kernel) or 32 (the keys-as-M kernel).
   const auto [cc_major, cc_minor] = compute_capability();
   const int64_t q_plan = (Tq + B - 1) / B;
   const MlaAttentionKernel kernel =
       mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor, a.cache.dtype == DType::fp8_e4m3 && q_fp8,
-                                q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size);
-  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? kMlaAttentionKeysMTileRows : kRows;
+                                q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size,
+                                a.precision == MlaAttentionPrecision::fast);
+  const bool keys_m = kernel == MlaAttentionKernel::wgmma_keys_m || kernel == MlaAttentionKernel::wgmma_keys_m_wide;
+  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? kMlaAttentionKeysMTileRows
+                            : kernel == MlaAttentionKernel::wgmma_keys_m_wide ? kMlaAttentionKeysMWideTileRows
+                                                                                : kRows;
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
   const int sms = num_sms();
   const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms);
@@ -645,9 +652,10 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
-  if (kernel == MlaAttentionKernel::wgmma_keys_m) {
+  if (keys_m) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
-    launch_mla_attention_keys_m(p, grid, a.precision == MlaAttentionPrecision::exact, s);
+    launch_mla_attention_keys_m(p, grid, a.precision == MlaAttentionPrecision::exact,
+                                kernel == MlaAttentionKernel::wgmma_keys_m_wide, s);
   } else if (kernel == MlaAttentionKernel::wgmma) {
     p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);

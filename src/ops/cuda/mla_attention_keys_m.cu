@@ -141,33 +141,41 @@ constexpr int kStages = 4;
 constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (f16 holds it)
 constexpr uint8_t kE4m3Nan = 0x7f;
 
+constexpr int kWide = km::kWideRows;  // query rows per CTA of the wide instantiation
 constexpr uint32_t kStageBytes = kKeys * km::kRowBytes;  // 38,912
-constexpr uint32_t kQBytes = sm90::kKvBytes;             // 36,864
+// Q: the f16 Q of 32 rows (36,864 bytes), or up to 64 rows of e4m3 Q as 32-row tiles of 5 chunks
+// (576 bytes a row: 4.5 chunks of 128) 20,480 bytes apart.
+constexpr uint32_t kQTileBytes8 = 5 * kN * 128;
+constexpr uint32_t kQBytes = 2 * kQTileBytes8;           // 40,960
 constexpr uint32_t kPtBytes = kN * kKeys * 2;            // 4,096: one 128-byte-swizzled chunk of 32 rows
 constexpr uint32_t kOffQ = 0;
-constexpr uint32_t kOffPt = kOffQ + kQBytes;              // [warpgroup][hi, lo]
+constexpr uint32_t kOffPt = kOffQ + kQBytes;              // [warpgroup][hi, lo]; wide: [buffer][64 rows]
 constexpr uint32_t kOffStages = kOffPt + 4 * kPtBytes;
 constexpr uint32_t kOffMax = kOffStages + kStages * kStageBytes;  // [2][4][32] f32
-constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kN * 4;            // [2][m, l][32] f32
-constexpr uint32_t kOffLim = kOffMl + 2 * 2 * kN * 4;         // [32] i32: each column's causal limit
-constexpr uint32_t kOffBar = kOffLim + kN * 4;
+constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kN * 4;            // [2][m, l][32] f32; wide: [m, l][64]
+constexpr uint32_t kOffLim = kOffMl + 2 * 2 * kN * 4;         // [64] i32: each column's causal limit
+constexpr uint32_t kOffAlpha = kOffLim + kWide * 4;           // wide: [2 buffers][64] f32 rescale factors,
+constexpr uint32_t kOffGrew = kOffAlpha + 2 * kWide * 4;      // and [2 buffers][2 warpgroups] i32 flags
+constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
 constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
+static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
-static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 211648 && kSmemBytes <= 232448,
+static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216400 && kSmemBytes <= 232448,
               "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
 
-// The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): 32-row
-// tiles, 64-key tiles.
+// The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): row tiles of
+// kRows (32, or 64 in the wide instantiation), 64-key tiles.
 using SeqPlan = MlaSeqPlan;
 using TilePlan = MlaTilePlan;
+template <int kRows>
 __device__ __forceinline__ TilePlan tile_plan(const MlaAttentionParams& p, const SeqPlan& s, int mt) {
-  return mla_tile_plan<kN, kKeys>(p, s, mt);
+  return mla_tile_plan<kRows, kKeys>(p, s, mt);
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
@@ -205,7 +213,7 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 // on `full` once (count 4) with the bytes it copies. The copies of a warp issue one lane at a
 // time (the compiler loops over the active lanes): with one warp copying all 64 rows the
 // consumers waited on `full` for 41% of their samples (Nsight, H200, B128 8k H32).
-template <bool kFp8Qk>
+template <bool kFp8Qk, int kRows>
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
                                          uint8_t* base_ptr, int pw, int lane) {
   const int row = 16 * pw + (lane & 15);
@@ -213,8 +221,9 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
   uint32_t ti = 0;
   bool first = true;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
-    const TilePlan tp = tile_plan(p, s, mt);
-    if (!first) named_bar_sync(kBarRowTile, kThreads);  // the consumers are done with the exchange area
+    const TilePlan tp = tile_plan<kRows>(p, s, mt);
+    // The consumers are done with the exchange area (the wide instantiation has no merge).
+    if (kRows == kN && !first) named_bar_sync(kBarRowTile, kThreads);
     first = false;
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
       const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys + row;
@@ -247,15 +256,17 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
 __device__ __forceinline__ int col_of_slot(int q4, int k) { return 8 * (k / 2) + 2 * q4 + k % 2; }
 __device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; }
 
-// Q of the row tile (32 rows) into shared memory: f16, feature f of row n at column
+// Q of the row tile (kRows rows) into shared memory: f16, feature f of row n at column
 // km::q_store_col(f) of the 32-row swizzled tile, or with kFp8Qk the e4m3 bytes in natural order
-// (feature f at byte column f); rows past the sequence's rows zero (masked). An fp8 q is exact in
-// f16; q_scale stays in the softmax constant.
-template <bool kFp8Qk>
+// (feature f at byte column f; rows 32 .. 63 in a second 32-row tile kQTileBytes8 further); rows
+// past the sequence's rows zero (masked). An fp8 q is exact in f16; q_scale stays in the softmax
+// constant.
+template <bool kFp8Qk, int kRows>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
                                        uint8_t* base_ptr, int ct) {
+  static_assert(kRows == kN || kFp8Qk, "64 rows of Q fit as e4m3 only");
   constexpr int kPieces = kDqk / 16;  // 16-byte pieces (features 16 u ..) per row
-  for (int idx = ct; idx < kN * kPieces; idx += kConsumerThreads) {
+  for (int idx = ct; idx < kRows * kPieces; idx += kConsumerThreads) {
     const int n = idx / kPieces, f0 = 16 * (idx % kPieces), r = tp.r0 + n;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (n < tp.rows_here) {
@@ -272,7 +283,7 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPla
       }
     }
     if constexpr (kFp8Qk) {  // the bytes as they are: features in natural order
-      *reinterpret_cast<uint4*>(base_ptr + kOffQ + sw128_offset(kN, n, f0 / 2)) = v;
+      *reinterpret_cast<uint4*>(base_ptr + kOffQ + (n / kN) * kQTileBytes8 + sw128_offset(kN, n % kN, f0 / 2)) = v;
     } else {
       // Bytes 4 rr .. 4 rr + 3 of the piece are features f0 + 4 rr + j: columns c, c + 1, c + 8, c + 9.
 #pragma unroll
@@ -420,6 +431,106 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], con
   // made ptxas serialise every wgmma, C7514), or the row tile's end does.
 }
 
+// ---- the softmax of one warpgroup's S^T (its 32 query rows are the columns) ----------------------
+// The scores in log2 units, masked keys -inf (lim: the causal limit of each of the 32 columns).
+// A tile below every live row's causal limit and the split's end needs no mask (padded rows then
+// see their zero Q's scores: finite, never stored).
+template <bool kFp8Qk>
+__device__ __forceinline__ void scale_scores(float (&sc)[16], float scale_log2, int kv0, int kv_end, int lim_first,
+                                             const int* lim, int w, int g, int q4) {
+  if (kv0 + kKeys <= kv_end && kv0 + kKeys <= lim_first) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sc[i] *= scale_log2;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2), kFp8Qk);
+      const bool ok = key < kv_end && key < lim[col_of_slot(q4, slot_of_reg(i))];
+      sc[i] = ok ? sc[i] * scale_log2 : -INFINITY;
+    }
+  }
+}
+
+// Lazy rescaling: the column maxima are exchanged only when some score of the warpgroup exceeds
+// its column's m by more than the slack (m = -inf: any attended key); the common tile costs one
+// bar.red instead of shuffles, a barrier and shared-memory traffic. When some column's m moved
+// (the same answer in every warp: all read the same maxima) it calls rescale(alpha) with the
+// factor of each of the thread's 8 columns (1 where m stayed), by which l is already scaled and
+// O^T must be; returns whether it did. (A callback: the factors returned to the caller made
+// ptxas spill in the 32-row consumer.)
+template <class Rescale>
+__device__ __forceinline__ bool rescale_maxima(const float (&sc)[16], float (&m)[8], float (&l)[8], float* colmax, int c,
+                                               int w, int g, int q4, Rescale&& rescale) {
+  bool above = false;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) above |= sc[i] > m[slot_of_reg(i)] + kRescaleSlack;
+  if (!named_bar_or(kBarVote + c, 128, above)) return false;
+  float mx[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) mx[k] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) mx[slot_of_reg(i)] = fmaxf(mx[slot_of_reg(i)], sc[i]);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
+    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
+    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = mx[k];
+  }
+  named_bar_sync(kBarMax + c, 128);
+  float alpha[8];
+  bool grew = false;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int n = col_of_slot(q4, k);
+    const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kN + n]), fmaxf(colmax[2 * kN + n], colmax[3 * kN + n]));
+    alpha[k] = 1.0f;
+    if (tile_max > m[k] + kRescaleSlack) {
+      const float m_new = fmaxf(m[k], tile_max);
+      alpha[k] = exp2f(m[k] - m_new);  // 0 while nothing was attended
+      m[k] = m_new;
+      l[k] *= alpha[k];
+      grew = true;
+    }
+  }
+  if (!__any_sync(0xffffffffu, grew)) return false;
+  rescale(alpha);
+  return true;
+}
+
+// P = exp2(s - m) into P^T (32 rows at pt_base; exact P's lo kPtBytes further) by two
+// stmatrix.trans (km::pt_store_row / pt_store_pos): the matrices nb = 0 .. 3 of position half h,
+// f16 pairs of query rows 2 q4, 2 q4 + 1; l gains the row sums.
+template <bool kSplitP>
+__device__ __forceinline__ void store_pt(const float (&sc)[16], const float (&m)[8], float (&l)[8], uint32_t pt_base,
+                                         int w, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int nb = 0; nb < 4; ++nb) {
+      const int i = 4 * nb + 2 * h, k = slot_of_reg(i);  // registers i, i + 1: slots k, k + 1
+      const float p0 = ex2(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
+      const float p1 = ex2(sc[i + 1] - (m[k + 1] == -INFINITY ? 0.0f : m[k + 1]));
+      l[k] += p0;
+      l[k + 1] += p1;
+      const __half2 ph = __floats2half2_rn(p0, p1);
+      hi[nb] = *reinterpret_cast<const uint32_t*>(&ph);
+      if constexpr (kSplitP) {
+        const __half2 pl = __floats2half2_rn(p0 - __low2float(ph), p1 - __high2float(ph));
+        lo[nb] = *reinterpret_cast<const uint32_t*>(&pl);
+      }
+    }
+    // This lane's row address, recomputed per tile (opaque): two kept across the loop spilled.
+    const uint32_t row = pt_base + sw128_offset(kN, km::pt_store_row(static_cast<int>(opaque(lane))), km::pt_store_pos(w, h));
+    stmatrix_x4_trans(row, hi);
+    if constexpr (kSplitP) stmatrix_x4_trans(row + kPtBytes, lo);
+  }
+}
+
 template <bool kSplitP, bool kFp8Qk>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t) {
@@ -431,7 +542,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   const uint32_t pt_lo = sw128_lo(base + kOffPt + c * 2 * kPtBytes), q_lo = sw128_lo(base + kOffQ);
   uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
-    const TilePlan tp = tile_plan(p, s, mt);
+    const TilePlan tp = tile_plan<kN>(p, s, mt);
     const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
     named_bar_sync(kBarQ, kConsumerThreads);  // every QK (and lim read) of the previous row tile retired
     if (tp.ntiles > 0) {
@@ -439,7 +550,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         const int r = tp.r0 + t;
         lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
       }
-      load_q<kFp8Qk>(p, s, tp, base_ptr, t + 128 * c);
+      load_q<kFp8Qk, kN>(p, s, tp, base_ptr, t + 128 * c);
       fence_proxy_async();
       named_bar_sync(kBarQ, kConsumerThreads);
     }
@@ -471,90 +582,15 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
       for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
 
-      // Softmax along the keys (base 2; masked keys -inf; m_use 0 while nothing is attended). A
-      // tile below every live row's causal limit and the split's end needs no mask (padded rows
-      // then see their zero Q's scores: finite, never stored).
-      const int kv0 = s.begin + j * kKeys;
-      if (kv0 + kKeys <= tp.kv_end && kv0 + kKeys <= lim_first) {
+      // Softmax along the keys (base 2; masked keys -inf; m_use 0 while nothing is attended).
+      scale_scores<kFp8Qk>(sc, p.scale_log2, s.begin + j * kKeys, tp.kv_end, lim_first, lim_s, w, g, q4);
+      rescale_maxima(sc, m, l, colmax, c, w, g, q4, [&](const float (&alpha)[8]) {
 #pragma unroll
-        for (int i = 0; i < 16; ++i) sc[i] *= p.scale_log2;
-      } else {
+        for (int mm = 0; mm < 8; ++mm)
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2), kFp8Qk);
-          const bool ok = key < tp.kv_end && key < lim_s[col_of_slot(q4, slot_of_reg(i))];
-          sc[i] = ok ? sc[i] * p.scale_log2 : -INFINITY;
-        }
-      }
-      // Lazy rescaling: the column maxima are exchanged only when some score of the warpgroup
-      // exceeds its column's m by more than the slack (m = -inf: any attended key); the common
-      // tile costs one bar.red instead of shuffles, a barrier and shared-memory traffic.
-      bool above = false;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) above |= sc[i] > m[slot_of_reg(i)] + kRescaleSlack;
-      if (named_bar_or(kBarVote + c, 128, above)) {
-        float mx[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) mx[k] = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < 16; ++i) mx[slot_of_reg(i)] = fmaxf(mx[slot_of_reg(i)], sc[i]);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
-          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
-          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
-        }
-        if (g == 0) {
-#pragma unroll
-          for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = mx[k];
-        }
-        named_bar_sync(kBarMax + c, 128);
-        float alpha[8];
-        bool grew = false;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) {
-          const int n = col_of_slot(q4, k);
-          const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kN + n]), fmaxf(colmax[2 * kN + n], colmax[3 * kN + n]));
-          alpha[k] = 1.0f;
-          if (tile_max > m[k] + kRescaleSlack) {
-            const float m_new = fmaxf(m[k], tile_max);
-            alpha[k] = exp2f(m[k] - m_new);  // 0 while nothing was attended
-            m[k] = m_new;
-            l[k] *= alpha[k];
-            grew = true;
-          }
-        }
-        if (__any_sync(0xffffffffu, grew)) {
-#pragma unroll
-          for (int mm = 0; mm < 8; ++mm)
-#pragma unroll
-            for (int i = 0; i < 16; ++i) o[mm][i] *= alpha[slot_of_reg(i)];
-        }
-      }
-      // P = exp2(s - m) into P^T by two stmatrix.trans (km::pt_store_row / pt_store_pos): the
-      // matrices nb = 0 .. 3 of position half h, f16 pairs of query rows 2 q4, 2 q4 + 1.
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        uint32_t hi[4], lo[4];
-#pragma unroll
-        for (int nb = 0; nb < 4; ++nb) {
-          const int i = 4 * nb + 2 * h, k = slot_of_reg(i);  // registers i, i + 1: slots k, k + 1
-          const float p0 = ex2(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
-          const float p1 = ex2(sc[i + 1] - (m[k + 1] == -INFINITY ? 0.0f : m[k + 1]));
-          l[k] += p0;
-          l[k + 1] += p1;
-          const __half2 ph = __floats2half2_rn(p0, p1);
-          hi[nb] = *reinterpret_cast<const uint32_t*>(&ph);
-          if constexpr (kSplitP) {
-            const __half2 pl = __floats2half2_rn(p0 - __low2float(ph), p1 - __high2float(ph));
-            lo[nb] = *reinterpret_cast<const uint32_t*>(&pl);
-          }
-        }
-        // This lane's row address, recomputed per tile (opaque): two kept across the loop spilled.
-        const uint32_t row = pt_base + sw128_offset(kN, km::pt_store_row(static_cast<int>(opaque(lane))), km::pt_store_pos(w, h));
-        stmatrix_x4_trans(row, hi);
-        if constexpr (kSplitP) stmatrix_x4_trans(row + kPtBytes, lo);
-      }
+          for (int i = 0; i < 16; ++i) o[mm][i] *= alpha[slot_of_reg(i)];
+      });
+      store_pt<kSplitP>(sc, m, l, pt_base, w, lane);
       fence_proxy_async();  // P^T (generic stores) -> the async proxy of the wgmma
       named_bar_sync(kBarP + c, 128);
       pv_tile<kSplitP, kFp8Qk>(o, pv_x, pv_r, pt_lo, base + kBarEmpty + 8 * st, t);
@@ -663,7 +699,210 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   }
 }
 
-template <bool kSplitP, bool kFp8Qk>
+// ---- the wide instantiation: 64 query rows per CTA (fast precision) -----------------------------
+// Both warpgroups take every tile. Warpgroup c computes S^T for query rows 32 c .. 32 c + 31 (Q's
+// second 32-row tile for c = 1) and their softmax, writes those rows of one P^T [64 rows][64 keys]
+// (two buffers, by tile parity), and accumulates O^T = V^T P^T over all 64 rows (wgmma m64n64k16)
+// for its own value features 256 c .. 256 c + 255 (km::pv_wide_feature): half of a tile's value
+// bytes converted per warpgroup, one tile read per 64 rows where the 32-row kernel reads it per
+// 32. A column whose maximum moved is rescaled in both warpgroups' O^T: the owner publishes the
+// factors of its 32 rows and a flag with P^T, and both apply them after the P barrier (256
+// threads). Buffer b = j % 2 of tile j is written again at tile j + 2, after the P barrier of
+// tile j + 1, which every thread passes only after QK(j + 1) retired its PV(j).
+
+__device__ __forceinline__ uint2 lds64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void pv_rows_wide(uint32_t (&rows)[2], uint32_t tile, int c, int t) {
+#pragma unroll
+  for (int lohi = 0; lohi < 2; ++lohi)
+    rows[lohi] = tile + km::pv_key(0, t, 0, lohi, true) * km::kRowBytes8 + km::pv_wide_load_offset(c, t);
+}
+// x[h][lohi]: the 8 value bytes of warpgroup c's features in the keys of A columns 8 h + 2 q4 + lohi.
+__device__ __forceinline__ void pv_load_wide(uint2 (&x)[2][2], const uint32_t (&rows)[2], int ks) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds64(rows[lohi] + (16 * ks + 8 * h) * km::kRowBytes8);
+}
+// O^T (this warpgroup's 4 m-tiles, 64 rows) += V^T P^T over one tile: 4 k-steps of one group of 4
+// wgmma m64n64k16; the next k-step's loads in flight during the group; the stage released after
+// the last conversion (8 warp arrivals).
+__device__ __forceinline__ void pv_tile_wide(float (&o)[km::kPvTilesWide][32], uint2 (&x)[2][2], const uint32_t (&rows)[2],
+                                             uint32_t pt_lo, uint32_t empty, int t) {
+  const int lane = t % 32;
+#pragma unroll
+  for (int ks = 0; ks < km::kPvSteps; ++ks) {
+    uint32_t a[km::kPvTilesWide][4];
+#pragma unroll
+    for (int mm = 0; mm < km::kPvTilesWide; ++mm) {
+      const int b = km::pv_reg_byte(mm, 0);  // bytes b, b + 1 of each key's 8-byte load
+      const uint32_t sel = (b % 4) | (4 + b % 4) << 4 | (b % 4 + 1) << 8 | (5 + b % 4) << 12;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t w0 = b < 4 ? x[h][0].x : x[h][0].y, w1 = b < 4 ? x[h][1].x : x[h][1].y;
+        fp8x4_to_f16x2x2(__byte_perm(w0, w1, sel), a[mm][2 * h], a[mm][2 * h + 1]);
+      }
+    }
+    if (ks + 1 < km::kPvSteps) pv_load_wide(x, rows, ks + 1);
+    if (ks == km::kPvSteps - 1) {
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty);  // every byte of the tile this warp reads is in registers
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int mm = 0; mm < km::kPvTilesWide; ++mm) sm90::wgmma_m64n64k16_f16_rs(o[mm], a[mm], desc_of(pt_lo + k_step_lo(ks)));
+    wgmma_commit();
+    wgmma_wait<1>();
+  }
+  // The last group stays in flight, retired by the next QK or the row tile's end (as pv_tile).
+}
+
+__device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
+                                              uint8_t* base_ptr, int c, int t) {
+  const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
+  float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
+  float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [m, l][64]
+  int* lim_s = reinterpret_cast<int*>(base_ptr + kOffLim);                     // [64]
+  float* alpha_s = reinterpret_cast<float*>(base_ptr + kOffAlpha);             // [2][64]
+  int* grew_s = reinterpret_cast<int*>(base_ptr + kOffGrew);                   // [2][2]
+  const uint32_t q_lo = sw128_lo(base + kOffQ + c * kQTileBytes8);
+  uint32_t ti_run = 0;
+  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+    const TilePlan tp = tile_plan<kWide>(p, s, mt);
+    const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
+    named_bar_sync(kBarQ, kConsumerThreads);  // every QK (and lim, m, l read) of the previous row tile retired
+    if (tp.ntiles > 0) {
+      if (c == 0 && t < kWide) {  // causal limit (keys < lim) of each row; 0 for padded rows
+        const int r = tp.r0 + t;
+        lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
+      }
+      load_q<true, kWide>(p, s, tp, base_ptr, t + 128 * c);
+      fence_proxy_async();
+      named_bar_sync(kBarQ, kConsumerThreads);
+    }
+
+    float o[km::kPvTilesWide][32];
+#pragma unroll
+    for (int mm = 0; mm < km::kPvTilesWide; ++mm)
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[mm][i] = 0.0f;
+    float m[8], l[8];  // this warpgroup's 32 rows
+#pragma unroll
+    for (int k = 0; k < 8; ++k) m[k] = -INFINITY, l[k] = 0.0f;
+
+    for (int j = 0; j < tp.ntiles; ++j) {
+      const uint32_t ti = ti_run + static_cast<uint32_t>(j);
+      const int st = static_cast<int>(ti % kStages), buf = j & 1;
+      mbar_wait(base + kBarFull + 8 * st, (ti / kStages) & 1);
+      const uint32_t tile = base + kOffStages + st * kStageBytes;
+      float sc[16];
+      qk_tile8(sc, tile, q_lo, t);
+      uint32_t pv_r[2];
+      uint2 pv_x[2][2];
+      pv_rows_wide(pv_r, tile, c, t);
+      pv_load_wide(pv_x, pv_r, 0);  // PV's first loads, landing during the softmax
+#pragma unroll
+      for (int mm = 0; mm < km::kPvTilesWide; ++mm) fence_operands(o[mm]);
+
+      scale_scores<true>(sc, p.scale_log2, s.begin + j * kKeys, tp.kv_end, lim_first, lim_s + kN * c, w, g, q4);
+      const bool grew = rescale_maxima(sc, m, l, colmax, c, w, g, q4, [&](const float (&alpha)[8]) {
+        if (w == 0 && g == 0) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) alpha_s[buf * kWide + kN * c + col_of_slot(q4, k)] = alpha[k];
+        }
+      });
+      if (t == 0) grew_s[2 * buf + c] = grew;
+      store_pt<false>(sc, m, l, base + kOffPt + buf * 2 * kPtBytes + c * kPtBytes, w, lane);
+      fence_proxy_async();  // P^T (generic stores) -> the async proxy of the wgmma
+      named_bar_sync(kBarP, kConsumerThreads);
+      // Both warpgroups' factors on all 64 columns of this warpgroup's O^T.
+      const int grew0 = grew_s[2 * buf], grew1 = grew_s[2 * buf + 1];
+      if (grew0 | grew1) {
+        float a[16];
+#pragma unroll
+        for (int k = 0; k < 16; ++k) {
+          const int n = col_of_slot(q4, k);
+          a[k] = (n < kN ? grew0 : grew1) ? alpha_s[buf * kWide + n] : 1.0f;
+        }
+#pragma unroll
+        for (int mm = 0; mm < km::kPvTilesWide; ++mm)
+#pragma unroll
+          for (int i = 0; i < 32; ++i) o[mm][i] *= a[slot_of_reg(i)];
+      }
+      pv_tile_wide(o, pv_x, pv_r, sw128_lo(base + kOffPt + buf * 2 * kPtBytes), base + kBarEmpty + 8 * st, t);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int mm = 0; mm < km::kPvTilesWide; ++mm) fence_operands(o[mm]);
+    ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
+
+    // Row sums of the warpgroup's 32 rows (the thread's rows, the 8 lanes g, the 4 warps: colmax
+    // is free, every warp passed the P barrier after its last read), then m and l of all 64 rows
+    // through shared memory.
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
+      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
+    }
+    if (g == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = l[k];
+    }
+    named_bar_sync(kBarMax + c, 128);
+    if (w == 0 && g == 0) {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const int n = col_of_slot(q4, k);
+        ml[kN * c + n] = m[k];
+        ml[kWide + kN * c + n] = (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
+      }
+    }
+    named_bar_sync(kBarMerge, kConsumerThreads);
+    // The output: the thread's 8 features f0 .. f0 + 7 (km::pv_wide_feature: byte 2 mm + half) of
+    // each of its 16 columns.
+    const int f0 = 256 * c + 8 * (8 * w + g);
+    const bool lse_writer = c == 0 && w == 0 && g == 0;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const int n = col_of_slot(q4, k);
+      if (n >= tp.rows_here) continue;
+      const auto [scale, lse2] = mla_row_end(s.bad_len, ml[n], ml[kWide + n], p.out_scale);
+      float v[8];
+#pragma unroll
+      for (int mm = 0; mm < km::kPvTilesWide; ++mm)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
+      const int r = tp.r0 + n;
+      if (p.splits == 1) {
+        uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
+        uint32_t pk[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pk[e] = pack_bf16x2(v[2 * e], v[2 * e + 1]);
+        if (p.o_vec) {
+          *reinterpret_cast<uint4*>(orow + f0) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            orow[(f0 + e) * p.o_s2] = static_cast<uint16_t>(e % 2 == 0 ? pk[e / 2] & 0xffffu : pk[e / 2] >> 16);
+        }
+        if (p.lse && lse_writer)
+          p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
+      } else {
+        const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+        float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
+        dst[0] = make_float4(v[0], v[1], v[2], v[3]);
+        dst[1] = make_float4(v[4], v[5], v[6], v[7]);
+        if (lse_writer) p.ws_lse[grow] = lse2;
+      }
+    }
+  }
+}
+
+template <bool kSplitP, bool kFp8Qk, int kRows>
 __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
@@ -675,7 +914,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) {
       mbar_init(base + kBarFull + 8 * st, 4);   // each producer warp's lane 0 (+ transaction bytes)
-      mbar_init(base + kBarEmpty + 8 * st, 4);  // the owning warpgroup's warps
+      mbar_init(base + kBarEmpty + 8 * st, kRows == kWide ? 8 : 4);  // the warps that read the tile
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -684,43 +923,52 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
   // Sequence metadata (mla_seq_plan: bad offsets leave the rows unwritten, a bad length writes
   // NaN rows), splits of whole 64-key tiles.
   SeqPlan s;
-  if (!mla_seq_plan<kN, kKeys>(p, b, split, s)) return;
+  if (!mla_seq_plan<kRows, kKeys>(p, b, split, s)) return;
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
-    producer<kFp8Qk>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
+    producer<kFp8Qk, kRows>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     // The warpgroup index through a shuffle: the compiler then treats it as warp-uniform and keeps
     // what derives from it (the P^T descriptors) in uniform registers (as an expression of tid,
     // each PV wgmma's descriptor went through R2UR: 74 moves per tile).
-    consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, __shfl_sync(0xffffffffu, tid / 128, 0), tid % 128);
+    const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
+    if constexpr (kRows == kWide) {
+      static_assert(!kSplitP && kFp8Qk, "the wide instantiation runs the fast precision");
+      consumer_wide(p, s, split, base, base_ptr, c, tid % 128);
+    } else {
+      consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, c, tid % 128);
+    }
   }
 }
 
-template <bool kSplitP, bool kFp8Qk>
+template <bool kSplitP, bool kFp8Qk, int kRows>
 void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk>,
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_keys_m_kernel<kSplitP, kFp8Qk><<<grid, kThreads, kSmemBytes, s>>>(p);
-  KESTREL_LAUNCHED(kSplitP  ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
-                   : kFp8Qk ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
-                            : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
+  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows><<<grid, kThreads, kSmemBytes, s>>>(p);
+  KESTREL_LAUNCHED(kSplitP           ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
+                   : kRows == kWide ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"
+                   : kFp8Qk         ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
+                                    : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
 }
 
 }  // namespace
 
 // Exact precision: f16 operands for both products, P as hi + lo. Fast: P rounded once to f16 and
 // QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
-// docs/ops/mla_attention.md).
-void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, cudaStream_t s) {
+// docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
+void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s) {
   if (split_p) {
-    launch<true, false>(p, grid, s);
+    launch<true, false, kN>(p, grid, s);
+  } else if (wide) {
+    launch<false, true, kWide>(p, grid, s);
   } else {
-    launch<false, true>(p, grid, s);
+    launch<false, true, kN>(p, grid, s);
   }
 }
 

@@ -134,4 +134,19 @@ KESTREL_KEYS_M_HD int pv_key(int ks, int t, int j, int lohi, bool e4m3_qk = fals
 // pairs the two keys' bytes, then one cvt.rn.f16x2.e4m3x2).
 KESTREL_KEYS_M_HD int pv_reg_byte(int mt, int j) { return 2 * mt + (j % 2); }
 
+// ---- PV with 64 query rows (the wide CTA of the fast precision) --------------------------------
+// Both warpgroups take every tile: warpgroup c computes S^T and P^T for query rows 32 c .. 32 c +
+// 31, and O^T = V^T P^T for all 64 rows (N = 64) over its own value features 256 c .. 256 c + 255
+// (4 m-tiles), so each converts only half of a tile's value bytes. Thread (w, g) of warpgroup c
+// holds rows 16 w + g and 16 w + g + 8 of its 4 m-tiles: 8 features that are 8 consecutive bytes
+// of a key row (byte 2 mm + half of one 8-byte load per key: pv_reg_byte(mm, j) as above). A half
+// warp's 8-byte loads (4 keys 2 apart, 4 offsets 8 bytes apart) then touch 32 distinct banks with
+// the fast layout's 592-byte rows (tests/ops/mla_attention_keys_m_layout_test.cpp).
+constexpr int kWideRows = 64, kPvTilesWide = 4;
+KESTREL_KEYS_M_HD int pv_wide_feature(int c, int mm, int row) {
+  const int w = row / 16, g = row % 8, half = (row % 16) / 8;
+  return 256 * c + 8 * (8 * w + g) + 2 * mm + half;
+}
+KESTREL_KEYS_M_HD int pv_wide_load_offset(int c, int t) { return 256 * c + 8 * (8 * (t / 32) + (t % 32) / 4); }
+
 }  // namespace kestrel::ops::cuda::keys_m

@@ -177,7 +177,10 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
   c.op = "mla_attention";
   c.id = str("mla_attention/", s.tag, "-B", B, "-H", H, "-P", ps, "-", dtype_name(dt), fp8_q ? "-qfp8" : "", "-",
              variant_name(var), kernel == ops::MlaAttentionKernel::mma_sync ? "-v1" : "",
-             kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "-km" : "", fast ? "-fastP" : "");
+             kernel == ops::MlaAttentionKernel::wgmma_keys_m        ? "-km"
+             : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "-kmw"
+                                                                    : "",
+             fast ? "-fastP" : "");
   c.size = s.size;
 
   std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
@@ -370,6 +373,13 @@ void add_mla_attention_cases(Registry& r, Size size) {
     add_case(r, ci[k], fp8, Variant::plain, ++plan_seed, fp8, keys_m, fastp);
   add_case(r, ci[0], fp8, Variant::strided, ++plan_seed, fp8, keys_m, fastp);
   for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, fp8, var, ++plan_seed, fp8, keys_m);
+  // Its wide form ("-kmw": 64 query rows per CTA, the fast precision only): every shape, plain and
+  // strided (H 32 decode: half the rows padding; verify and extend: several 64-row tiles, causal
+  // limits inside a tile), and the odd page sizes.
+  constexpr auto wide = ops::MlaAttentionKernel::wgmma_keys_m_wide;
+  for (const AttnShape& s : shapes(size))
+    for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, fp8, var, ++plan_seed, fp8, wide, fastp);
+  for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, fp8, var, ++plan_seed, fp8, wide, fastp);
 }
 
 }  // namespace kestrel::matrix
