@@ -11,7 +11,12 @@
 // PV of the warpgroup is still in flight; the column maxima and row sums are read as the four
 // warps wrote them for that tile; and the merge exchange (the first two stages' bytes) is used
 // only while no copy can land there and no warp reads a tile there, for random row-tile lists
-// (0 .. 9 tiles each).
+// (0 .. 9 tiles each). The wide instantiation (64 rows per CTA) in the same model with its own
+// protocol: both warpgroups read every tile (`empty` counts 8 arrivals), one P^T of 64 rows in
+// two buffers by tile parity behind a P barrier of all 8 warps, with the rescale factors beside
+// it; no exchange, m and l of all rows through shared memory after the merge barrier. Checked
+// there too: no buffer of P^T or of the factors is rewritten while a PV or a reader of either
+// warpgroup may still use it, and m / l are read as both warpgroups wrote them for the row tile.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -44,6 +49,8 @@ enum Bug {
   kNoRowTileSync = 3,   // the producers fill the next row tile's stages without the row-tile barrier
   kPtBeforeVote = 4,    // P^T written before the vote barrier (a sibling warp's PV may be in flight)
   kNoMergeBarrier = 5,  // the exchange written without the first merge barrier
+  kWideOneBuffer = 6,   // wide: P^T in one buffer (the other warpgroup's PV of the tile before may read it)
+  kWideEmpty4 = 7,      // wide: `empty` counts 4 arrivals (the stage freed when one warpgroup is done)
 };
 
 struct Sim {
@@ -62,6 +69,10 @@ struct Sim {
   // Per warpgroup: PV wgmmas in flight (P^T readers); the tag each warp last wrote into the
   // maxima / sums exchange.
   int pv_in_flight[2] = {};
+  // The wide instantiation: PV wgmmas in flight per P^T buffer (both warpgroups'), readers of
+  // each buffer's rescale factors, and m / l: the row tile each warpgroup last wrote, readers.
+  int pv_in_flight_buf[2] = {}, alpha_readers[2] = {}, ml_readers = 0;
+  long ml_tag[2] = {-1, -1};
   long colmax_tag[2][4] = {{-1, -1, -1, -1}, {-1, -1, -1, -1}};
   struct Copy {
     int st, pw;
@@ -123,12 +134,12 @@ struct Sim {
   void pause(std::mt19937_64& rng) { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30)); }
 };
 
-void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, uint64_t seed) {
+void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, bool wide, uint64_t seed) {
   std::mt19937_64 rng(seed);
   unsigned ti = 0;
   bool first = true;
   for (int ntiles : ntiles_of) {
-    if (!first && bug != kNoRowTileSync) s.named(kBarRowTile, kConsumers + kProducers);
+    if (!wide && !first && bug != kNoRowTileSync) s.named(kBarRowTile, kConsumers + kProducers);
     first = false;
     for (int j = 0; j < ntiles; ++j, ++ti) {
       const int st = static_cast<int>(ti % kStages);
@@ -262,11 +273,114 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, ui
   }
 }
 
-std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone) {
+// The wide instantiation's consumer warp (consumer_wide in the kernel).
+void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int c = w / 4, wi = w % 4;
+  unsigned ti_run = 0;
+  for (size_t k = 0; k < ntiles_of.size(); ++k) {
+    const int ntiles = ntiles_of[k];
+    s.named(kBarQ, kConsumers);
+    if (ntiles > 0) s.named(kBarQ, kConsumers);
+    int pv_buf = -1;  // the buffer this warp's PV in flight reads
+    for (int j = 0; j < ntiles; ++j) {
+      const unsigned ti = ti_run + static_cast<unsigned>(j);
+      const int st = static_cast<int>(ti % kStages), b = bug == kWideOneBuffer ? 0 : j % 2;
+      s.wait(s.full[st], (ti / kStages) & 1);
+      {
+        std::lock_guard<std::mutex> g(s.mu);
+        for (int pw = 0; pw < kProducers; ++pw)
+          if (s.piece[st][pw] != static_cast<long>(ti))
+            s.fail_locked("wide: consumer warp " + std::to_string(w) + " reads stage " + std::to_string(st) + " for tile " +
+                          std::to_string(ti) + ": producer quarter " + std::to_string(pw) + " holds " +
+                          std::to_string(s.piece[st][pw]));
+        ++s.stage_readers[st];
+      }
+      s.pause(rng);
+      if (pv_buf >= 0) {  // QK's first wait_group 0 retires this warp's PV of the tile before
+        std::lock_guard<std::mutex> g(s.mu);
+        --s.pv_in_flight_buf[pv_buf];
+        pv_buf = -1;
+      }
+      s.pause(rng);
+      if (s.named(kBarVote + c, 4, rng() % 3 == 0)) {
+        const long tag = 2 * static_cast<long>(ti);
+        {
+          std::lock_guard<std::mutex> g(s.mu);
+          s.colmax_tag[c][wi] = tag;
+        }
+        s.named(kBarMax + c, 4);
+        s.pause(rng);
+        std::lock_guard<std::mutex> g(s.mu);
+        for (int x = 0; x < 4; ++x)
+          if (s.colmax_tag[c][x] != tag)
+            s.fail_locked("wide: warpgroup " + std::to_string(c) + " reads the maxima of tile " + std::to_string(ti) +
+                          " with warp " + std::to_string(x) + "'s entry at " + std::to_string(s.colmax_tag[c][x]));
+      }
+      {  // its rows of P^T and its factors (and flag) into buffer b
+        std::lock_guard<std::mutex> g(s.mu);
+        if (s.pv_in_flight_buf[b] != 0 || s.alpha_readers[b] != 0)
+          s.fail_locked("wide: warpgroup " + std::to_string(c) + " rewrites P^T buffer " + std::to_string(b) + " for tile " +
+                        std::to_string(ti) + " while " + std::to_string(s.pv_in_flight_buf[b]) + " PV and " +
+                        std::to_string(s.alpha_readers[b]) + " factor readers use it");
+      }
+      s.named(kBarP, kConsumers);
+      {
+        std::lock_guard<std::mutex> g(s.mu);
+        ++s.alpha_readers[b];
+      }
+      s.pause(rng);
+      {  // factors read; PV issued; the tile's bytes in registers after its last conversion
+        std::lock_guard<std::mutex> g(s.mu);
+        --s.alpha_readers[b];
+        ++s.pv_in_flight_buf[b];
+        pv_buf = b;
+        --s.stage_readers[st];
+      }
+      s.arrive(s.empty[st]);
+    }
+    if (pv_buf >= 0) {  // the wait_group 0 after the loop
+      std::lock_guard<std::mutex> g(s.mu);
+      --s.pv_in_flight_buf[pv_buf];
+    }
+    ti_run += static_cast<unsigned>(std::max(ntiles, 0));
+    const long tag = 2 * static_cast<long>(k) + (1L << 40);
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      s.colmax_tag[c][wi] = tag;
+    }
+    s.named(kBarMax + c, 4);
+    {  // warp 0 of each warpgroup: the row sums of its rows, then m and l into shared memory
+      std::lock_guard<std::mutex> g(s.mu);
+      for (int x = 0; x < 4; ++x)
+        if (wi == 0 && s.colmax_tag[c][x] != tag)
+          s.fail_locked("wide: warpgroup " + std::to_string(c) + " reads the row sums with warp " + std::to_string(x) +
+                        "'s entry at " + std::to_string(s.colmax_tag[c][x]));
+      if (wi == 0) {
+        if (s.ml_readers != 0) s.fail_locked("wide: m and l rewritten while " + std::to_string(s.ml_readers) + " warps read them");
+        s.ml_tag[c] = tag;
+      }
+    }
+    s.named(kBarMerge, kConsumers);
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      if (s.ml_tag[0] != tag || s.ml_tag[1] != tag)
+        s.fail_locked("wide: consumer warp " + std::to_string(w) + " reads m and l of row tiles " + std::to_string(s.ml_tag[0]) +
+                      " / " + std::to_string(s.ml_tag[1]));
+      ++s.ml_readers;
+    }
+    s.pause(rng);
+    std::lock_guard<std::mutex> g(s.mu);
+    --s.ml_readers;
+  }
+}
+
+std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false) {
   Sim s;
   for (int st = 0; st < kStages; ++st) {
     s.init_bar(s.full[st], kProducers);  // each producer warp's lane 0 (+ transaction bytes)
-    s.init_bar(s.empty[st], 4);          // the owning warpgroup's warps
+    // the warps that read the tile: the owning warpgroup's, or (wide) all 8
+    s.init_bar(s.empty[st], wide && bug != kWideEmpty4 ? 8 : 4);
   }
   std::thread dma([&] {  // the copy engine: lands queued copies in random order, late
     std::mt19937_64 rng(seed);
@@ -290,9 +404,15 @@ std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug 
   });
   std::vector<std::thread> warps;
   for (int pw = 0; pw < kProducers; ++pw)
-    warps.emplace_back([&, pw] { producer_warp(s, pw, ntiles_of, bug, seed * 31 + pw); });
+    warps.emplace_back([&, pw] { producer_warp(s, pw, ntiles_of, bug, wide, seed * 31 + pw); });
   for (int w = 0; w < kConsumers; ++w)
-    warps.emplace_back([&, w] { consumer_warp(s, w, ntiles_of, bug, seed * 17 + w); });
+    warps.emplace_back([&, w] {
+      if (wide) {
+        consumer_warp_wide(s, w, ntiles_of, bug, seed * 17 + w);
+      } else {
+        consumer_warp(s, w, ntiles_of, bug, seed * 17 + w);
+      }
+    });
   std::atomic<bool> done{false};
   std::thread watchdog([&] {
     for (int k = 0; k < 400 && !done; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -339,6 +459,30 @@ TEST(MlaAttentionKeysMProtocol, PlantedBugsAreCaught) {
   EXPECT_TRUE(caught(kNoRowTileSync)) << "next row tile's stages filled during the merge exchange";
   EXPECT_TRUE(caught(kPtBeforeVote)) << "P^T written before the vote barrier";
   EXPECT_TRUE(caught(kNoMergeBarrier)) << "merge exchange written before both warpgroups are done";
+}
+
+TEST(MlaAttentionKeysMProtocol, WideRandomRowTiles) {
+  std::mt19937_64 rng(22);
+  for (int iter = 0; iter < 40; ++iter) {
+    std::vector<int> ntiles(1 + rng() % 4);
+    for (int& n : ntiles) n = static_cast<int>(rng() % 10);
+    const std::string err = run_model(ntiles, rng(), kNone, true);
+    std::string list;
+    for (int n : ntiles) list += std::to_string(n) + " ";
+    ASSERT_EQ(err, "") << "row tiles [" << list << "]";
+  }
+}
+
+TEST(MlaAttentionKeysMProtocol, WidePlantedBugsAreCaught) {
+  const std::vector<int> tiles = {7, 0, 9, 5, 8};
+  auto caught = [&](int bug) {
+    for (uint64_t seed = 10; seed < 40; ++seed)
+      if (!run_model(tiles, seed, bug, true).empty()) return true;
+    return false;
+  };
+  EXPECT_TRUE(caught(kWideOneBuffer)) << "one P^T buffer";
+  EXPECT_TRUE(caught(kWideEmpty4)) << "a stage freed when one warpgroup is done with it";
+  EXPECT_TRUE(caught(kEmptyParity)) << "empty parity without ^ 1";
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 // bits below the largest one's, docs/ops/mla_attention.md) and rounds P once. Each has its tile
 // layout (km::row_bytes, key_of_position).
 // With N = the query rows a decode at H = 32 has no padded rows (v2's M = 64 is half padding).
+// The fast precision has a third, wide instantiation (kRows = 64, consumer_wide below): 64 query
+// rows per CTA, both warpgroups on every tile, the value features split between them.
 // The register and shared-memory index maps, proven on the host against the PTX ISA's fragment
 // and descriptor model: mla_attention_keys_m_layout.h and its test; the barrier protocol below by
 // a threaded host model (tests/ops/mla_attention_keys_m_protocol_test.cpp).
@@ -56,18 +58,30 @@
 //       read only registers and Q / P^T. The last group is retired by the next tile's QK, after
 //       its first loads and conversions, or at the row tile's end.
 //
-// Measured (H200, docs/perf.md, nineteenth session): decode B128 8k H32, fast, 161 us (89% of
-// copy; v2 349), B128 32k 598 us (96%). What bounds it: each warpgroup's per-tile chain (QK
-// groups -> vote -> P^T -> PV groups), ~4,500 cycles a tile with two warpgroups in flight
-// (Nsight).
+// The wide instantiation (64 query rows, fast precision), per tile: both warpgroups wait on `full`;
+// warpgroup c runs QK and the softmax above for rows 32 c .. 32 c + 31 (Q's second 32-row tile
+// for c = 1), writes those rows of P^T [64 rows] in buffer j % 2 with its rescale factors and a
+// flag, and after the P barrier of all 256 consumers applies both warpgroups' factors to its O^T
+// and accumulates O^T over all 64 rows for value features 256 c .. (4 m-tiles, wgmma m64n64k16,
+// km::pv_wide_feature: 8-byte loads, half the conversions); the stage is released by all 8 warps.
+// At the end no merge: m and l of the 64 rows go through shared memory, and each warpgroup writes
+// its features of every row.
+//
+// Measured (H200, docs/perf.md): decode B128 8k H32, fast, 161 us (89% of copy; v2 349), B128
+// 32k 598 us (96%), nineteenth session; wide, twentieth session: H128 decode B128 8k 469 us (76%
+// of the GEMM rate; 32-row 590), verify 4 at H32 B128 469 (584). What bounds the 32-row kernel:
+// each warpgroup's per-tile chain (QK groups -> vote -> P^T -> PV groups), ~4,500 cycles a tile
+// with two warpgroups in flight (Nsight).
 //
 // Shared memory (dynamic, 1024-byte-aligned base):
-//   Q       [9 chunks][32 rows][128 B] f16     36,864
-//   P^T     [2 warpgroups][hi, lo][32][128 B]  16,384
+//   Q       [9 chunks][32 rows][128 B] f16     36,864 of 40,960 (fast: e4m3 in 5 chunks, 20,480
+//                                              a 32-row tile; wide: two such tiles)
+//   P^T     [2 warpgroups][hi, lo][32][128 B]  16,384 (wide: [2 buffers][64 rows][128 B])
 //   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange; the
 //                                              fast layout uses 592 B of each 608)
-//   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32, causal limits [32] i32, mbarriers
-//   full[4], empty[4]: 210,624 bytes, 211,648 with the alignment slack.
+//   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
+//   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4]:
+//   215,376 bytes, 216,400 with the alignment slack.
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
 //   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
@@ -87,6 +101,11 @@
 //                  exchange of O^T halves through the first 64 KB of the stages.
 //   row tile (7, 384) the consumers arrive after a row tile's merge when the CTA has another;
 //                  the producers sync before filling that one's tiles (the exchange area).
+// The wide instantiation: empty counts 8 (every consumer warp reads every tile); P (4, 256) after
+// both warpgroups wrote their rows of P^T buffer j % 2, their factors and flags; buffer j % 2 is
+// written again at tile j + 2, after P(j + 1), which every warp passes only after its QK(j + 1)
+// retired its PV(j) and after its reads of the factors of j; merge (6, 256) after m and l are
+// published; no exchange and no row-tile barrier (the host model checks this protocol too).
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
