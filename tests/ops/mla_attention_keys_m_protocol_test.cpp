@@ -169,6 +169,35 @@ void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, b
   }
 }
 
+// A consumer warp past `full` of tile ti in stage st: every producer quarter must hold that tile.
+void start_reading(Sim& s, int w, int st, unsigned ti) {
+  std::lock_guard<std::mutex> g(s.mu);
+  for (int pw = 0; pw < kProducers; ++pw)
+    if (s.piece[st][pw] != static_cast<long>(ti))
+      s.fail_locked("consumer warp " + std::to_string(w) + " reads stage " + std::to_string(st) + " for tile " +
+                    std::to_string(ti) + ": producer quarter " + std::to_string(pw) + " holds " +
+                    std::to_string(s.piece[st][pw]));
+  ++s.stage_readers[st];
+}
+
+// The vote of warpgroup c on tile ti (any score past m + slack), then the maxima through shared
+// memory when it says so: each warp must read all four warps' entries of this tile.
+void vote_and_maxima(Sim& s, int c, int wi, unsigned ti, std::mt19937_64& rng) {
+  if (!s.named(kBarVote + c, 4, rng() % 3 == 0)) return;
+  const long tag = 2 * static_cast<long>(ti);
+  {
+    std::lock_guard<std::mutex> g(s.mu);
+    s.colmax_tag[c][wi] = tag;
+  }
+  s.named(kBarMax + c, 4);
+  s.pause(rng);
+  std::lock_guard<std::mutex> g(s.mu);
+  for (int x = 0; x < 4; ++x)
+    if (s.colmax_tag[c][x] != tag)
+      s.fail_locked("warpgroup " + std::to_string(c) + " warp " + std::to_string(wi) + " reads the maxima of tile " +
+                    std::to_string(ti) + " with warp " + std::to_string(x) + "'s entry at " + std::to_string(s.colmax_tag[c][x]));
+}
+
 void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int c = w / 4, wi = w % 4;
@@ -182,15 +211,7 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, ui
       const unsigned ti = ti_run + static_cast<unsigned>(j);
       const int st = static_cast<int>(ti % kStages);
       s.wait(s.full[st], (ti / kStages) & 1);
-      {
-        std::lock_guard<std::mutex> g(s.mu);
-        for (int pw = 0; pw < kProducers; ++pw)
-          if (s.piece[st][pw] != static_cast<long>(ti))
-            s.fail_locked("consumer warp " + std::to_string(w) + " reads stage " + std::to_string(st) + " for tile " +
-                          std::to_string(ti) + ": producer quarter " + std::to_string(pw) + " holds " +
-                          std::to_string(s.piece[st][pw]));
-        ++s.stage_readers[st];
-      }
+      start_reading(s, w, st, ti);
       if (bug == kEarlyRelease) s.arrive(s.empty[st]);  // (it still reads the stage below)
       s.pause(rng);
       // QK: its first wait_group 0 retires this warp's PV of the tile before.
@@ -207,22 +228,7 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, ui
                         std::to_string(ti) + " while " + std::to_string(s.pv_in_flight[c]) + " PV wgmmas read it");
       };
       if (bug == kPtBeforeVote) write_pt();
-      // The vote (any score past m + slack), then the maxima through shared memory when it says so.
-      if (s.named(kBarVote + c, 4, rng() % 3 == 0)) {
-        const long tag = 2 * static_cast<long>(ti);
-        {
-          std::lock_guard<std::mutex> g(s.mu);
-          s.colmax_tag[c][wi] = tag;
-        }
-        s.named(kBarMax + c, 4);
-        s.pause(rng);
-        std::lock_guard<std::mutex> g(s.mu);
-        for (int x = 0; x < 4; ++x)
-          if (s.colmax_tag[c][x] != tag)
-            s.fail_locked("warpgroup " + std::to_string(c) + " warp " + std::to_string(wi) + " reads the maxima of tile " +
-                          std::to_string(ti) + " with warp " + std::to_string(x) + "'s entry at " +
-                          std::to_string(s.colmax_tag[c][x]));
-      }
+      vote_and_maxima(s, c, wi, ti, rng);
       if (bug != kPtBeforeVote) write_pt();
       s.named(kBarP + c, 4);
       {  // PV issued; the tile's bytes are in registers after its last conversion: release
@@ -287,15 +293,7 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
       const unsigned ti = ti_run + static_cast<unsigned>(j);
       const int st = static_cast<int>(ti % kStages), b = bug == kWideOneBuffer ? 0 : j % 2;
       s.wait(s.full[st], (ti / kStages) & 1);
-      {
-        std::lock_guard<std::mutex> g(s.mu);
-        for (int pw = 0; pw < kProducers; ++pw)
-          if (s.piece[st][pw] != static_cast<long>(ti))
-            s.fail_locked("wide: consumer warp " + std::to_string(w) + " reads stage " + std::to_string(st) + " for tile " +
-                          std::to_string(ti) + ": producer quarter " + std::to_string(pw) + " holds " +
-                          std::to_string(s.piece[st][pw]));
-        ++s.stage_readers[st];
-      }
+      start_reading(s, w, st, ti);
       s.pause(rng);
       if (pv_buf >= 0) {  // QK's first wait_group 0 retires this warp's PV of the tile before
         std::lock_guard<std::mutex> g(s.mu);
@@ -303,20 +301,7 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
         pv_buf = -1;
       }
       s.pause(rng);
-      if (s.named(kBarVote + c, 4, rng() % 3 == 0)) {
-        const long tag = 2 * static_cast<long>(ti);
-        {
-          std::lock_guard<std::mutex> g(s.mu);
-          s.colmax_tag[c][wi] = tag;
-        }
-        s.named(kBarMax + c, 4);
-        s.pause(rng);
-        std::lock_guard<std::mutex> g(s.mu);
-        for (int x = 0; x < 4; ++x)
-          if (s.colmax_tag[c][x] != tag)
-            s.fail_locked("wide: warpgroup " + std::to_string(c) + " reads the maxima of tile " + std::to_string(ti) +
-                          " with warp " + std::to_string(x) + "'s entry at " + std::to_string(s.colmax_tag[c][x]));
-      }
+      vote_and_maxima(s, c, wi, ti, rng);
       {  // its rows of P^T and its factors (and flag) into buffer b
         std::lock_guard<std::mutex> g(s.mu);
         if (s.pv_in_flight_buf[b] != 0 || s.alpha_readers[b] != 0)

@@ -450,6 +450,57 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], con
   // made ptxas serialise every wgmma, C7514), or the row tile's end does.
 }
 
+// One output row's kV consecutive features f0 .. f0 + kV - 1 of row r (already scaled): bf16 o and
+// its lse (natural log) when the call has one split, else the split's f32 partial and base-2 lse
+// for the combine kernel.
+template <int kV>
+__device__ __forceinline__ void store_row(const MlaAttentionParams& p, const SeqPlan& s, int split, int r, int f0,
+                                          const float (&v)[kV], float lse2, bool lse_writer) {
+  if (p.splits == 1) {
+    uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
+    uint32_t pk[kV / 2];
+#pragma unroll
+    for (int e = 0; e < kV / 2; ++e) pk[e] = pack_bf16x2(v[2 * e], v[2 * e + 1]);
+    if (p.o_vec) {
+#pragma unroll
+      for (int u = 0; u < kV / 8; ++u)
+        *reinterpret_cast<uint4*>(orow + f0 + 8 * u) = make_uint4(pk[4 * u], pk[4 * u + 1], pk[4 * u + 2], pk[4 * u + 3]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < kV; ++e)
+        orow[(f0 + e) * p.o_s2] = static_cast<uint16_t>(e % 2 == 0 ? pk[e / 2] & 0xffffu : pk[e / 2] >> 16);
+    }
+    if (p.lse && lse_writer)
+      p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
+  } else {
+    const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+    float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
+#pragma unroll
+    for (int e = 0; e < kV / 4; ++e) dst[e] = make_float4(v[4 * e], v[4 * e + 1], v[4 * e + 2], v[4 * e + 3]);
+    if (lse_writer) p.ws_lse[grow] = lse2;
+  }
+}
+
+// The row sums of a warpgroup at a row tile's end: the thread's rows, the 8 lanes g by shuffles,
+// then the 4 warps' partial sums through colmax (free: every warp passed the P barrier after its
+// last read); row_sum gives column n's total after the barrier.
+__device__ __forceinline__ void publish_row_sums(float (&l)[8], float* colmax, int c, int w, int g, int q4) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
+    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
+    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = l[k];
+  }
+  named_bar_sync(kBarMax + c, 128);
+}
+__device__ __forceinline__ float row_sum(const float* colmax, int n) {
+  return (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
+}
+
 // ---- the softmax of one warpgroup's S^T (its 32 query rows are the columns) ----------------------
 // The scores in log2 units, masked keys -inf (lim: the causal limit of each of the 32 columns).
 // A tile below every live row's causal limit and the split's end needs no mask (padded rows then
@@ -619,24 +670,9 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
-    // Row sums of the warpgroup: the thread's rows, the 8 lanes g, then the 4 warps (colmax is
-    // free: every warp passed the P barrier after its last read).
+    publish_row_sums(l, colmax, c, w, g, q4);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
-    }
-    if (g == 0) {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = l[k];
-    }
-    named_bar_sync(kBarMax + c, 128);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int n = col_of_slot(q4, k);
-      l[k] = (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
-    }
+    for (int k = 0; k < 8; ++k) l[k] = row_sum(colmax, col_of_slot(q4, k));
     if (w == 0 && g == 0) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -684,30 +720,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         for (int mm = 0; mm < 8; ++mm)
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
-        const int r = tp.r0 + n;
-        const bool lse_writer = c == 0 && w == 0 && g == 0;
-        if (p.splits == 1) {
-          uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
-          uint32_t pk[8];
-#pragma unroll
-          for (int e = 0; e < 8; ++e) pk[e] = pack_bf16x2(v[2 * e], v[2 * e + 1]);
-          if (p.o_vec) {
-            *reinterpret_cast<uint4*>(orow + f0) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
-            *reinterpret_cast<uint4*>(orow + f0 + 8) = make_uint4(pk[4], pk[5], pk[6], pk[7]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < 16; ++e)
-              orow[(f0 + e) * p.o_s2] = static_cast<uint16_t>(e % 2 == 0 ? pk[e / 2] & 0xffffu : pk[e / 2] >> 16);
-          }
-          if (p.lse && lse_writer)
-            p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
-        } else {
-          const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
-          float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dst[e] = make_float4(v[4 * e], v[4 * e + 1], v[4 * e + 2], v[4 * e + 3]);
-          if (lse_writer) p.ws_lse[grow] = lse2;
-        }
+        store_row(p, s, split, tp.r0 + n, f0, v, lse2, c == 0 && w == 0 && g == 0);
       }
     }
     if (mt + static_cast<int>(gridDim.x) < s.row_tiles) {
@@ -858,26 +871,14 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
     for (int mm = 0; mm < km::kPvTilesWide; ++mm) fence_operands(o[mm]);
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
-    // Row sums of the warpgroup's 32 rows (the thread's rows, the 8 lanes g, the 4 warps: colmax
-    // is free, every warp passed the P barrier after its last read), then m and l of all 64 rows
-    // through shared memory.
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
-    }
-    if (g == 0) {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = l[k];
-    }
-    named_bar_sync(kBarMax + c, 128);
+    // Row sums of the warpgroup's 32 rows, then m and l of all 64 rows through shared memory.
+    publish_row_sums(l, colmax, c, w, g, q4);
     if (w == 0 && g == 0) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const int n = col_of_slot(q4, k);
         ml[kN * c + n] = m[k];
-        ml[kWide + kN * c + n] = (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
+        ml[kWide + kN * c + n] = row_sum(colmax, n);
       }
     }
     named_bar_sync(kBarMerge, kConsumerThreads);
@@ -895,28 +896,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       for (int mm = 0; mm < km::kPvTilesWide; ++mm)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
-      const int r = tp.r0 + n;
-      if (p.splits == 1) {
-        uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
-        uint32_t pk[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) pk[e] = pack_bf16x2(v[2 * e], v[2 * e + 1]);
-        if (p.o_vec) {
-          *reinterpret_cast<uint4*>(orow + f0) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            orow[(f0 + e) * p.o_s2] = static_cast<uint16_t>(e % 2 == 0 ? pk[e / 2] & 0xffffu : pk[e / 2] >> 16);
-        }
-        if (p.lse && lse_writer)
-          p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
-      } else {
-        const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
-        float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
-        dst[0] = make_float4(v[0], v[1], v[2], v[3]);
-        dst[1] = make_float4(v[4], v[5], v[6], v[7]);
-        if (lse_writer) p.ws_lse[grow] = lse2;
-      }
+      store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
     }
   }
 }
