@@ -158,24 +158,6 @@ TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
   EXPECT_NE(bf16_cache.reason.find("got a bf16 cache"), std::string::npos) << bf16_cache.reason;
 }
 
-// The keys-as-M kernel merges 2 to 8 splits itself (mla_attention_fold_combine: no combine
-// launch), both forms; more splits keep the combine kernel. (The values: the matrix's -km / -kmw
-// cases with few splits, verify, extend, the masked and odd-page batches, and with many.)
-TEST_F(MlaAttentionCuda, KeysMFoldsTheCombineOfFewSplits) {
-  Problem few = make(64, DType::fp8_e4m3, std::vector<int32_t>(16, 1500), 31, 32);  // 16 row tiles: 8 splits
-  use_fp8_q(few, 32);
-  Problem many = make(64, DType::fp8_e4m3, {1500, 37, 900}, 33, 32);  // 3 row tiles: 23 splits
-  use_fp8_q(many, 34);
-  for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma_keys_m, MlaAttentionKernel::wgmma_keys_m_wide}) {
-    const auto few_log = run(few, k, MlaAttentionPrecision::fast);
-    EXPECT_TRUE(launched(few_log, "keys_m")) << static_cast<int>(k);
-    EXPECT_FALSE(launched(few_log, "combine")) << static_cast<int>(k);
-    const auto many_log = run(many, k, MlaAttentionPrecision::fast);
-    EXPECT_TRUE(launched(many_log, "keys_m")) << static_cast<int>(k);
-    EXPECT_TRUE(launched(many_log, "combine")) << static_cast<int>(k);
-  }
-}
-
 // Its wide form (64 query rows per CTA) runs when forced with the fast precision, is refused with
 // the reason for the exact one, and is the automatic choice for an fp8 fast call with 64+ rows
 // per sequence and work enough (here H 128: two 64-row tiles per sequence, 4 x 2 x 8192 tile-keys);

@@ -11,10 +11,7 @@
 // PV of the warpgroup is still in flight; the column maxima and row sums are read as the four
 // warps wrote them for that tile; and the merge exchange (the first two stages' bytes) is used
 // only while no copy can land there and no warp reads a tile there, for random row-tile lists
-// (0 .. 9 tiles each). With folded splits the fold barrier after each row tile's partials (both
-// roles sync, then the producers count and merge). Every barrier where the roles meet checks that
-// no warp arrives twice before it completes (consumers past a row tile without KV tiles could,
-// were they to arrive instead of syncing: planted as two bugs). The wide instantiation (64 rows per CTA) in the same model with its own
+// (0 .. 9 tiles each). The wide instantiation (64 rows per CTA) in the same model with its own
 // protocol: both warpgroups read every tile (`empty` counts 8 arrivals), one P^T of 64 rows in
 // two buffers by tile parity behind a P barrier of all 8 warps, with the rescale factors beside
 // it; no exchange, m and l of all rows through shared memory after the merge barrier. Checked
@@ -36,7 +33,7 @@ namespace {
 
 constexpr int kStages = 4, kProducers = 4, kConsumers = 8;
 // Named barriers as the kernel numbers them.
-constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarFold = 10;
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
 
 struct MBar {
   int expected = 0, pending = 0;
@@ -54,8 +51,6 @@ enum Bug {
   kNoMergeBarrier = 5,  // the exchange written without the first merge barrier
   kWideOneBuffer = 6,   // wide: P^T in one buffer (the other warpgroup's PV of the tile before may read it)
   kWideEmpty4 = 7,      // wide: `empty` counts 4 arrivals (the stage freed when one warpgroup is done)
-  kRowTileArrive = 8,   // the consumers arrive at the row-tile barrier instead of syncing (the old protocol)
-  kFoldArrive = 9,      // folded splits: the consumers arrive at the fold barrier instead of syncing
 };
 
 struct Sim {
@@ -65,7 +60,6 @@ struct Sim {
   std::string why;
   MBar full[kStages], empty[kStages];
   int nb_arrived[16] = {}, nb_gen[16] = {};
-  int nb_last_gen[16][16];  // the generation of each warp's last arrival (warps 0-7 consumers, 8-11 producers)
   bool nb_or[16] = {}, nb_or_result[16] = {};
   // Contents: which tile each producer warp's quarter of a stage holds; who reads a stage.
   long piece[kStages][kProducers];
@@ -91,8 +85,6 @@ struct Sim {
   Sim() {
     for (auto& s : piece)
       for (long& x : s) x = -1;
-    for (auto& b : nb_last_gen)
-      for (int& g : b) g = -1;
   }
   void fail_locked(const std::string& w) {
     if (!failed) why = w;
@@ -123,16 +115,9 @@ struct Sim {
     cv.wait(g, [&] { return failed || (b.phase & 1u) != parity; });
   }
   // bar.sync / bar.red.or (the result: whether any participant passed true) / bar.arrive.
-  // `who` (a warp, or -1): a warp must not arrive twice at one barrier before it completes (the
-  // second arrival would count towards the same completion).
-  bool named(int id, int warps, bool vote = false, bool wait = true, int who = -1) {
+  bool named(int id, int warps, bool vote = false, bool wait = true) {
     std::unique_lock<std::mutex> g(mu);
     const int gen = nb_gen[id];
-    if (who >= 0) {
-      if (nb_last_gen[id][who] == gen)
-        fail_locked("warp " + std::to_string(who) + " arrives twice at barrier " + std::to_string(id) + " before it completes");
-      nb_last_gen[id][who] = gen;
-    }
     nb_or[id] = nb_or[id] || vote;
     if (++nb_arrived[id] == warps) {
       nb_arrived[id] = 0;
@@ -147,19 +132,14 @@ struct Sim {
     return nb_or_result[id];
   }
   void pause(std::mt19937_64& rng) { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30)); }
-  // A warp held up for a while (1-2 ms: longer than the other role's whole row tile in this model).
-  void long_pause(std::mt19937_64& rng) { std::this_thread::sleep_for(std::chrono::microseconds(1000 + rng() % 1000)); }
 };
 
-void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, bool wide, bool fold, uint64_t seed) {
+void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, bool wide, uint64_t seed) {
   std::mt19937_64 rng(seed);
   unsigned ti = 0;
   bool first = true;
   for (int ntiles : ntiles_of) {
-    if (!wide && !first && bug != kNoRowTileSync) {
-      s.long_pause(rng);  // (late at the barrier: what a double arrival of the consumers needs to show)
-      s.named(kBarRowTile, kConsumers + kProducers, false, true, kConsumers + pw);
-    }
+    if (!wide && !first && bug != kNoRowTileSync) s.named(kBarRowTile, kConsumers + kProducers);
     first = false;
     for (int j = 0; j < ntiles; ++j, ++ti) {
       const int st = static_cast<int>(ti % kStages);
@@ -185,11 +165,6 @@ void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, b
         s.cv.notify_all();
       }
       s.maybe_complete(s.full[st]);
-    }
-    if (fold) {  // the row tile's partials written: count, and merge in the CTA that completes it
-      s.long_pause(rng);
-      s.named(kBarFold, kConsumers + kProducers, false, true, kConsumers + pw);
-      s.pause(rng);
     }
   }
 }
@@ -223,7 +198,7 @@ void vote_and_maxima(Sim& s, int c, int wi, unsigned ti, std::mt19937_64& rng) {
                     std::to_string(ti) + " with warp " + std::to_string(x) + "'s entry at " + std::to_string(s.colmax_tag[c][x]));
 }
 
-void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, bool fold, uint64_t seed) {
+void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int c = w / 4, wi = w % 4;
   unsigned ti_run = 0;
@@ -300,13 +275,12 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, bo
       std::lock_guard<std::mutex> g(s.mu);
       --s.exchange_users;
     }
-    if (fold) s.named(kBarFold, kConsumers + kProducers, false, bug != kFoldArrive, w);  // partials written
-    if (k + 1 < ntiles_of.size()) s.named(kBarRowTile, kConsumers + kProducers, false, bug != kRowTileArrive, w);
+    if (k + 1 < ntiles_of.size()) s.named(kBarRowTile, kConsumers + kProducers, false, false);  // bar.arrive
   }
 }
 
 // The wide instantiation's consumer warp (consumer_wide in the kernel).
-void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, bool fold, uint64_t seed) {
+void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int c = w / 4, wi = w % 4;
   unsigned ti_run = 0;
@@ -381,16 +355,12 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
       ++s.ml_readers;
     }
     s.pause(rng);
-    {
-      std::lock_guard<std::mutex> g(s.mu);
-      --s.ml_readers;
-    }
-    if (fold) s.named(kBarFold, kConsumers + kProducers, false, bug != kFoldArrive, w);  // partials written
+    std::lock_guard<std::mutex> g(s.mu);
+    --s.ml_readers;
   }
 }
 
-std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false,
-                      bool fold = false) {
+std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false) {
   Sim s;
   for (int st = 0; st < kStages; ++st) {
     s.init_bar(s.full[st], kProducers);  // each producer warp's lane 0 (+ transaction bytes)
@@ -419,13 +389,13 @@ std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug 
   });
   std::vector<std::thread> warps;
   for (int pw = 0; pw < kProducers; ++pw)
-    warps.emplace_back([&, pw] { producer_warp(s, pw, ntiles_of, bug, wide, fold, seed * 31 + pw); });
+    warps.emplace_back([&, pw] { producer_warp(s, pw, ntiles_of, bug, wide, seed * 31 + pw); });
   for (int w = 0; w < kConsumers; ++w)
     warps.emplace_back([&, w] {
       if (wide) {
-        consumer_warp_wide(s, w, ntiles_of, bug, fold, seed * 17 + w);
+        consumer_warp_wide(s, w, ntiles_of, bug, seed * 17 + w);
       } else {
-        consumer_warp(s, w, ntiles_of, bug, fold, seed * 17 + w);
+        consumer_warp(s, w, ntiles_of, bug, seed * 17 + w);
       }
     });
   std::atomic<bool> done{false};
@@ -453,7 +423,7 @@ TEST(MlaAttentionKeysMProtocol, RandomRowTiles) {
   for (int iter = 0; iter < 40; ++iter) {
     std::vector<int> ntiles(1 + rng() % 4);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    const std::string err = run_model(ntiles, rng(), kNone, false, iter % 2 == 1);  // every other: splits folded
+    const std::string err = run_model(ntiles, rng());
     std::string list;
     for (int n : ntiles) list += std::to_string(n) + " ";
     ASSERT_EQ(err, "") << "row tiles [" << list << "]";
@@ -474,19 +444,6 @@ TEST(MlaAttentionKeysMProtocol, PlantedBugsAreCaught) {
   EXPECT_TRUE(caught(kNoRowTileSync)) << "next row tile's stages filled during the merge exchange";
   EXPECT_TRUE(caught(kPtBeforeVote)) << "P^T written before the vote barrier";
   EXPECT_TRUE(caught(kNoMergeBarrier)) << "merge exchange written before both warpgroups are done";
-  // Row tiles without KV tiles in a row: arriving consumers could arrive twice before the
-  // producers complete the barrier.
-  // (The wide form has no row-tile barrier: there the fold barrier alone must hold them.)
-  const std::vector<int> empty_runs = {3, 0, 0, 0, 0, 2};
-  auto caught_on = [&](int bug, bool wide, bool fold) {
-    for (uint64_t seed = 10; seed < 40; ++seed)
-      if (!run_model(empty_runs, seed, bug, wide, fold).empty()) return true;
-    return false;
-  };
-  EXPECT_TRUE(caught_on(kRowTileArrive, false, false)) << "consumers arrive at the row-tile barrier";
-  EXPECT_TRUE(caught_on(kFoldArrive, true, true)) << "wide consumers arrive at the fold barrier";
-  EXPECT_EQ(run_model(empty_runs, 3, kNone, false, true), "");
-  EXPECT_EQ(run_model(empty_runs, 4, kNone, true, true), "");
 }
 
 TEST(MlaAttentionKeysMProtocol, WideRandomRowTiles) {
@@ -494,7 +451,7 @@ TEST(MlaAttentionKeysMProtocol, WideRandomRowTiles) {
   for (int iter = 0; iter < 40; ++iter) {
     std::vector<int> ntiles(1 + rng() % 4);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    const std::string err = run_model(ntiles, rng(), kNone, true, iter % 2 == 1);
+    const std::string err = run_model(ntiles, rng(), kNone, true);
     std::string list;
     for (int n : ntiles) list += std::to_string(n) + " ";
     ASSERT_EQ(err, "") << "row tiles [" << list << "]";

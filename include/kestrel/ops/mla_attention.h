@@ -76,14 +76,6 @@ int mla_attention_combine_parts(int64_t rows, int64_t num_sms);
 // least half the SMs free, where the combine's CTAs then wait for it.
 bool mla_attention_combine_early(int64_t ctas, int64_t num_sms);
 
-// Whether the keys-as-M kernel merges the splits itself (a pure function, documented in
-// docs/ops/mla_attention.md): the CTA that writes a row tile's last partial merges the tile's rows
-// with the combine kernel's formula, in place of the combine launch, when a call has at most
-// kMlaAttentionFoldMaxSplits splits (its reads stay few; more splits keep the combine kernel,
-// which spreads a row's merge over its CTAs).
-inline constexpr int64_t kMlaAttentionFoldMaxSplits = 8;
-constexpr bool mla_attention_fold_combine(int64_t splits) { return splits > 1 && splits <= kMlaAttentionFoldMaxSplits; }
-
 // Whether the WGMMA kernel may load a bf16 query by tensor copy (TMA; a pure function,
 // documented in docs/ops/mla_attention.md): when each split holds at most
 // kMlaAttentionQTensorMaxKeys keys of the planning length kv_len, i.e. when a CTA's start is a

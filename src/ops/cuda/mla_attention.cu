@@ -644,24 +644,16 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
   const cudaStream_t s = as_cuda(stream);
 
-  // The keys-as-M kernel merges few splits itself (mla_attention_fold_combine): counters per row
-  // tile, zeroed here, after the workspace.
-  const bool fold = keys_m && mla_attention_fold_combine(splits);
   void* ws = nullptr;
   if (splits > 1) {
     const size_t rows = static_cast<size_t>(Tq * H);
-    const size_t counters = fold ? rows * sizeof(int) : 0;
-    ws = scratch_alloc(static_cast<size_t>(splits) * rows * (kDv + 1) * sizeof(float) + counters, s);
+    ws = scratch_alloc(static_cast<size_t>(splits) * rows * (kDv + 1) * sizeof(float), s);
     p.ws_o = static_cast<float*>(ws);
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
-    if (fold) {
-      p.fold_counters = reinterpret_cast<int*>(p.ws_lse + static_cast<size_t>(splits) * rows);
-      KESTREL_CUDA_CHECK(cudaMemsetAsync(p.fold_counters, 0, counters, s));
-    }
   }
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
   if (keys_m) {
-    p.combine_early = splits > 1 && !fold && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
+    p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     launch_mla_attention_keys_m(p, grid, a.precision == MlaAttentionPrecision::exact,
                                 kernel == MlaAttentionKernel::wgmma_keys_m_wide, s);
   } else if (kernel == MlaAttentionKernel::wgmma) {
@@ -681,9 +673,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   } else {
     launch<false, false>(p, grid, s);
   }
-  if (splits > 1 && fold) {
-    scratch_free(ws, s);
-  } else if (splits > 1) {
+  if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
     const int parts = mla_attention_combine_parts(Tq * H, sms);
     const dim3 cgrid(static_cast<unsigned>(Tq * H), static_cast<unsigned>(parts));

@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "common.cuh"
-#include "kestrel/ops/mla_write_kv.h"  // kMlaNope
 #include "mma_bf16.cuh"
 
 namespace kestrel::ops::cuda {
@@ -39,9 +38,6 @@ struct MlaAttentionParams {
   bool q_async;                  // v2: a bf16 q_vec q by cp.async (grids of at most one wave)
   bool combine_early;            // v2: the combine kernel is launched as a programmatic dependent
   bool q_tensor;                 // v2: a bf16 q may go by tensor copy (mla_attention_q_by_tensor_copy)
-  int* fold_counters;            // v3 with few splits: [Tq * H] zeroed, the partials written per row
-                                 // tile (indexed by its first row); the last writer merges, no
-                                 // combine launch (mla_attention_fold_combine); else nullptr
 };
 
 constexpr float kLn2 = 0.693147180559945309f;
@@ -174,42 +170,6 @@ void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_
 // The keys-as-M kernel for an fp8 cache and an fp8 query (mla_attention_keys_m.cu): same params,
 // grid (32-row tiles, or 64-row ones when wide, splits, B), same outputs. wide needs !split_p.
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s);
-
-// The split combine's formula for 4 consecutive columns of one output row (the combine kernel's,
-// docs/ops/mla_attention.md "Combine"), the partials read from L2 (ld.global.cg: written by other
-// CTAs of the same grid): weights exp2(lse_s - max) over the splits in order, o their weighted
-// mean, lse (max + log2 sum) ln 2 (natural log); a NaN partial gives NaN, no attended key 0 and
-// -inf.
-struct MlaMerged {
-  float o[4], lse;
-};
-__device__ __forceinline__ MlaMerged mla_merge_columns(const MlaAttentionParams& p, int64_t row, int d) {
-  const int64_t rows = p.Tq * p.H;
-  float mx = -INFINITY;
-  bool nan = false;
-  for (int s = 0; s < p.splits; ++s) {
-    const float x = __ldcg(p.ws_lse + s * rows + row);
-    nan |= x != x;
-    mx = fmaxf(mx, x);
-  }
-  MlaMerged m{{0.0f, 0.0f, 0.0f, 0.0f}, -INFINITY};
-  if (nan) return {{NAN, NAN, NAN, NAN}, NAN};
-  if (mx == -INFINITY) return m;
-  float sum = 0.0f;
-  for (int s = 0; s < p.splits; ++s) {
-    const float w = exp2f(__ldcg(p.ws_lse + s * rows + row) - mx);
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(p.ws_o + (s * rows + row) * kMlaNope + d));
-    sum += w;
-    m.o[0] += w * v.x;
-    m.o[1] += w * v.y;
-    m.o[2] += w * v.z;
-    m.o[3] += w * v.w;
-  }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) m.o[e] /= sum;
-  m.lse = (mx + log2f(sum)) * kLn2;
-  return m;
-}
 
 // The end of a row: its output scale and lse (log2 units) from the running maximum m and sum l.
 // A bad sequence length gives NaN; nothing attended (l = 0) gives o = 0 and lse = -inf; a NaN sum

@@ -99,12 +99,8 @@
 //                  of tile j + 2 likewise only after every warp passed P(j), its last read of j's.
 //   merge (6, 256) both warpgroups: their tiles consumed and m, l published; again after the
 //                  exchange of O^T halves through the first 64 KB of the stages.
-//   row tile (7, 384) the consumers sync after a row tile's merge when the CTA has another;
-//                  the producers sync before filling that one's tiles (the exchange area). (An
-//                  arrive let consumers past a row tile without KV tiles arrive twice.)
-//   fold (10, 384) with few splits folded (p.fold_counters): both roles sync after the
-//                  consumers wrote a row tile's partials; then the producers count the tile
-//                  (fold producers, 11, 128) and, in the CTA that completes it, merge it.
+//   row tile (7, 384) the consumers arrive after a row tile's merge when the CTA has another;
+//                  the producers sync before filling that one's tiles (the exchange area).
 // The wide instantiation: empty counts 8 (every consumer warp reads every tile); P (4, 256) after
 // both warpgroups wrote their rows of P^T buffer j % 2, their factors and flags; buffer j % 2 is
 // written again at tile j + 2, after P(j + 1), which every warp passes only after its QK(j + 1)
@@ -179,20 +175,18 @@ constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kN * 4;            // [2][m, l][32
 constexpr uint32_t kOffLim = kOffMl + 2 * 2 * kN * 4;         // [64] i32: each column's causal limit
 constexpr uint32_t kOffAlpha = kOffLim + kWide * 4;           // wide: [2 buffers][64] f32 rescale factors,
 constexpr uint32_t kOffGrew = kOffAlpha + 2 * kWide * 4;      // and [2 buffers][2 warpgroups] i32 flags
-constexpr uint32_t kOffFold = kOffGrew + 4 * 4;             // i32: whether this CTA merges the splits
-constexpr uint32_t kOffBar = kOffFold + 16;
+constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
 constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
-static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216416 && kSmemBytes <= 232448,
+static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216400 && kSmemBytes <= 232448,
               "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 
-constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarFold = 10,
-              kBarFoldProducers = 11;
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
 
 // The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): row tiles of
 // kRows (32, or 64 in the wide instantiation), 64-key tiles.
@@ -233,38 +227,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
-// The split combine folded in (p.fold_counters, mla_attention_fold_combine), run by the producer
-// warpgroup (idle by then; in the consumers the code cost their tile loop registers): after the
-// consumers wrote their partials of a row tile (each thread fenced them device-wide, then arrived
-// at kBarFold: the threadFenceReduction pattern), the CTA whose count completes the tile's (the
-// counter of its first row reaches splits) merges the tile's rows with the combine kernel's
-// formula (mla_merge_columns, reading from L2) and writes o and lse.
-__device__ __forceinline__ void fold_splits(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int pt,
-                                            int* last_s) {
-  named_bar_sync(kBarFold, kThreads);
-  if (pt == 0) *last_s = atomicAdd(p.fold_counters + static_cast<int64_t>(s.qb) * p.H + tp.r0, 1) == p.splits - 1;
-  named_bar_sync(kBarFoldProducers, 128);
-  if (!*last_s) return;
-  __threadfence();
-  constexpr int kQuads = kDv / 4;
-  for (int idx = pt; idx < tp.rows_here * kQuads; idx += 128) {
-    const int r = tp.r0 + idx / kQuads, d = 4 * (idx % kQuads);
-    const MlaMerged m = mla_merge_columns(p, static_cast<int64_t>(s.qb) * p.H + r, d);
-    uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
-    const uint32_t lo = pack_bf16x2(m.o[0], m.o[1]), hi = pack_bf16x2(m.o[2], m.o[3]);
-    if (p.o_vec) {
-      *reinterpret_cast<uint2*>(orow + d) = make_uint2(lo, hi);
-    } else {
-      orow[d * p.o_s2] = static_cast<uint16_t>(lo & 0xffffu);
-      orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(lo >> 16);
-      orow[(d + 2) * p.o_s2] = static_cast<uint16_t>(hi & 0xffffu);
-      orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
-    }
-    if (p.lse && d == 0)
-      p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = m.lse;
-  }
-}
-
 // ---- producer warpgroup ----------------------------------------------------------------------------
 // Warp pw (0 .. 3) copies rows 16 pw .. 16 pw + 15 of each tile, one per lane 0 .. 15, and arrives
 // on `full` once (count 4) with the bytes it copies. The copies of a warp issue one lane at a
@@ -302,7 +264,6 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       __syncwarp();  // the expected bytes are announced before any copy can complete
       if (copy) bulk_copy_g2s(base + kOffStages + st * kStageBytes + row * km::row_bytes(kFp8Qk), src, kDqk, full);
     }
-    if (p.fold_counters != nullptr) fold_splits(p, s, tp, 32 * pw + lane, reinterpret_cast<int*>(base_ptr + kOffFold));
   }
 }
 
@@ -762,16 +723,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         store_row(p, s, split, tp.r0 + n, f0, v, lse2, c == 0 && w == 0 && g == 0);
       }
     }
-    if (p.fold_counters != nullptr) {  // the partials are written: the producers count and merge
-      __threadfence();
-      named_bar_sync(kBarFold, kThreads);
-    }
     if (mt + static_cast<int>(gridDim.x) < s.row_tiles) {
-      // The exchange area is the producer's again (generic writes, then its bulk copies). A sync,
-      // not an arrive: after a row tile without KV tiles the consumers could otherwise arrive
-      // again before the producers completed this one (the host model checks it).
+      // The exchange area is the producer's again (generic writes, then its bulk copies).
       fence_proxy_async();
-      named_bar_sync(kBarRowTile, kThreads);
+      named_bar_arrive(kBarRowTile, kThreads);
     }
   }
 }
@@ -942,10 +897,6 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
       store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
-    }
-    if (p.fold_counters != nullptr) {  // the partials are written: the producers count and merge
-      __threadfence();
-      named_bar_sync(kBarFold, kThreads);  // (a sync: see the row-tile barrier of the 32-row consumer)
     }
   }
 }
