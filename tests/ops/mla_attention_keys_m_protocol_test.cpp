@@ -11,7 +11,10 @@
 // PV of the warpgroup is still in flight; the column maxima and row sums are read as the four
 // warps wrote them for that tile; and the merge exchange (the first two stages' bytes) is used
 // only while no copy can land there and no warp reads a tile there, for random row-tile lists
-// (0 .. 9 tiles each). The wide instantiation (64 rows per CTA) in the same model with its own
+// (0 .. 9 tiles each). The barriers where the roles meet check that no warp arrives twice
+// before one completes: consumers past a row tile without KV tiles could arrive twice at the
+// row-tile barrier, as the kernel allowed until the twentieth session, before the producers'
+// acknowledgement (row tile ack) was added (a planted bug without it). The wide instantiation (64 rows per CTA) in the same model with its own
 // protocol: both warpgroups read every tile (`empty` counts 8 arrivals), one P^T of 64 rows in
 // two buffers by tile parity behind a P barrier of all 8 warps, with the rescale factors beside
 // it; no exchange, m and l of all rows through shared memory after the merge barrier. Checked
@@ -33,7 +36,7 @@ namespace {
 
 constexpr int kStages = 4, kProducers = 4, kConsumers = 8;
 // Named barriers as the kernel numbers them.
-constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
 
 struct MBar {
   int expected = 0, pending = 0;
@@ -51,6 +54,7 @@ enum Bug {
   kNoMergeBarrier = 5,  // the exchange written without the first merge barrier
   kWideOneBuffer = 6,   // wide: P^T in one buffer (the other warpgroup's PV of the tile before may read it)
   kWideEmpty4 = 7,      // wide: `empty` counts 4 arrivals (the stage freed when one warpgroup is done)
+  kNoRowTileAck = 8,    // the consumers arrive at the next row-tile boundary without the producers' ack
 };
 
 struct Sim {
@@ -60,6 +64,7 @@ struct Sim {
   std::string why;
   MBar full[kStages], empty[kStages];
   int nb_arrived[16] = {}, nb_gen[16] = {};
+  int nb_last_gen[16][16];  // the generation of each warp's last arrival (warps 0-7 consumers, 8-11 producers)
   bool nb_or[16] = {}, nb_or_result[16] = {};
   // Contents: which tile each producer warp's quarter of a stage holds; who reads a stage.
   long piece[kStages][kProducers];
@@ -85,6 +90,8 @@ struct Sim {
   Sim() {
     for (auto& s : piece)
       for (long& x : s) x = -1;
+    for (auto& b : nb_last_gen)
+      for (int& g : b) g = -1;
   }
   void fail_locked(const std::string& w) {
     if (!failed) why = w;
@@ -115,9 +122,16 @@ struct Sim {
     cv.wait(g, [&] { return failed || (b.phase & 1u) != parity; });
   }
   // bar.sync / bar.red.or (the result: whether any participant passed true) / bar.arrive.
-  bool named(int id, int warps, bool vote = false, bool wait = true) {
+  // `who` (a warp, or -1): a warp must not arrive twice at one barrier before it completes (the
+  // second arrival would count towards the same completion).
+  bool named(int id, int warps, bool vote = false, bool wait = true, int who = -1) {
     std::unique_lock<std::mutex> g(mu);
     const int gen = nb_gen[id];
+    if (who >= 0) {
+      if (nb_last_gen[id][who] == gen)
+        fail_locked("warp " + std::to_string(who) + " arrives twice at barrier " + std::to_string(id) + " before it completes");
+      nb_last_gen[id][who] = gen;
+    }
     nb_or[id] = nb_or[id] || vote;
     if (++nb_arrived[id] == warps) {
       nb_arrived[id] = 0;
@@ -132,14 +146,21 @@ struct Sim {
     return nb_or_result[id];
   }
   void pause(std::mt19937_64& rng) { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30)); }
+  // A warp held up for a while (1-2 ms: longer than the other role's whole row tile in this model).
+  void long_pause(std::mt19937_64& rng) { std::this_thread::sleep_for(std::chrono::microseconds(1000 + rng() % 1000)); }
 };
 
 void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, bool wide, uint64_t seed) {
   std::mt19937_64 rng(seed);
   unsigned ti = 0;
   bool first = true;
-  for (int ntiles : ntiles_of) {
-    if (!wide && !first && bug != kNoRowTileSync) s.named(kBarRowTile, kConsumers + kProducers);
+  for (size_t k = 0; k < ntiles_of.size(); ++k) {
+    const int ntiles = ntiles_of[k];
+    if (!wide && !first && bug != kNoRowTileSync) {
+      s.long_pause(rng);  // (late at the barrier: what a double arrival of the consumers needs to show)
+      s.named(kBarRowTile, kConsumers + kProducers, false, true, kConsumers + pw);
+      if (k + 1 < ntiles_of.size()) s.named(kBarRowTileAck, kConsumers + kProducers, false, false, kConsumers + pw);
+    }
     first = false;
     for (int j = 0; j < ntiles; ++j, ++ti) {
       const int st = static_cast<int>(ti % kStages);
@@ -275,7 +296,10 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, ui
       std::lock_guard<std::mutex> g(s.mu);
       --s.exchange_users;
     }
-    if (k + 1 < ntiles_of.size()) s.named(kBarRowTile, kConsumers + kProducers, false, false);  // bar.arrive
+    if (k + 1 < ntiles_of.size()) {
+      if (k > 0 && bug != kNoRowTileAck) s.named(kBarRowTileAck, kConsumers + kProducers, false, true, w);
+      s.named(kBarRowTile, kConsumers + kProducers, false, false, w);  // bar.arrive
+    }
   }
 }
 
@@ -444,6 +468,13 @@ TEST(MlaAttentionKeysMProtocol, PlantedBugsAreCaught) {
   EXPECT_TRUE(caught(kNoRowTileSync)) << "next row tile's stages filled during the merge exchange";
   EXPECT_TRUE(caught(kPtBeforeVote)) << "P^T written before the vote barrier";
   EXPECT_TRUE(caught(kNoMergeBarrier)) << "merge exchange written before both warpgroups are done";
+  // Row tiles without KV tiles in a row: arriving consumers could arrive twice before the
+  // producers complete the barrier.
+  const std::vector<int> empty_runs = {3, 0, 0, 0, 0, 2};
+  bool caught_no_ack = false;
+  for (uint64_t seed = 10; seed < 40 && !caught_no_ack; ++seed) caught_no_ack = !run_model(empty_runs, seed, kNoRowTileAck).empty();
+  EXPECT_TRUE(caught_no_ack) << "consumers at the next row-tile boundary without the producers' ack";
+  EXPECT_EQ(run_model(empty_runs, 3), "");
 }
 
 TEST(MlaAttentionKeysMProtocol, WideRandomRowTiles) {

@@ -101,6 +101,9 @@
 //                  exchange of O^T halves through the first 64 KB of the stages.
 //   row tile (7, 384) the consumers arrive after a row tile's merge when the CTA has another;
 //                  the producers sync before filling that one's tiles (the exchange area).
+//   row tile ack (10, 384) the producers arrive once past a row-tile boundary when another
+//                  follows; the consumers sync on it before they arrive at that next one (else,
+//                  past a row tile without KV tiles, they could arrive twice at kBarRowTile).
 // The wide instantiation: empty counts 8 (every consumer warp reads every tile); P (4, 256) after
 // both warpgroups wrote their rows of P^T buffer j % 2, their factors and flags; buffer j % 2 is
 // written again at tile j + 2, after P(j + 1), which every warp passes only after its QK(j + 1)
@@ -186,7 +189,7 @@ static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216400 &&
               "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 
-constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8;
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
 
 // The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): row tiles of
 // kRows (32, or 64 in the wide instantiation), 64-key tiles.
@@ -242,7 +245,11 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan<kRows>(p, s, mt);
     // The consumers are done with the exchange area (the wide instantiation has no merge).
-    if (kRows == kN && !first) named_bar_sync(kBarRowTile, kThreads);
+    if (kRows == kN && !first) {
+      named_bar_sync(kBarRowTile, kThreads);
+      // Past this boundary: the consumers may arrive at the next one (see the consumer).
+      if (mt + static_cast<int>(gridDim.x) < s.row_tiles) named_bar_arrive(kBarRowTileAck, kThreads);
+    }
     first = false;
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
       const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys + row;
@@ -724,6 +731,11 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       }
     }
     if (mt + static_cast<int>(gridDim.x) < s.row_tiles) {
+      // Not before the producers passed the previous boundary: after a row tile without KV tiles
+      // the consumers could otherwise arrive twice before they completed it (the host model checks
+      // it). A sync at both ends of kBarRowTile would do, but the roles reach it at different
+      // instructions, which bar.sync (aligned) does not allow (synccheck reports it).
+      if (mt != static_cast<int>(blockIdx.x)) named_bar_sync(kBarRowTileAck, kThreads);  // (not the first)
       // The exchange area is the producer's again (generic writes, then its bulk copies).
       fence_proxy_async();
       named_bar_arrive(kBarRowTile, kThreads);
