@@ -508,6 +508,25 @@ __device__ __forceinline__ float row_sum(const float* colmax, int n) {
   return (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
 }
 
+// A row tile's start in either consumer: once every QK (and read of the limits, m and l) of the
+// previous row tile is done, the causal limit (keys < lim) of each of the kRows rows (0 for padded
+// rows) and Q, published to both warpgroups and the wgmma's async proxy. Nothing when the tile
+// has no keys.
+template <bool kFp8Qk, int kRows>
+__device__ __forceinline__ void begin_row_tile(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
+                                               uint8_t* base_ptr, int* lim_s, int c, int t) {
+  named_bar_sync(kBarQ, kConsumerThreads);
+  if (tp.ntiles > 0) {
+    if (c == 0 && t < kRows) {
+      const int r = tp.r0 + t;
+      lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
+    }
+    load_q<kFp8Qk, kRows>(p, s, tp, base_ptr, t + 128 * c);
+    fence_proxy_async();
+    named_bar_sync(kBarQ, kConsumerThreads);
+  }
+}
+
 // ---- the softmax of one warpgroup's S^T (its 32 query rows are the columns) ----------------------
 // The scores in log2 units, masked keys -inf (lim: the causal limit of each of the 32 columns).
 // A tile below every live row's causal limit and the split's end needs no mask (padded rows then
@@ -621,16 +640,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan<kN>(p, s, mt);
     const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
-    named_bar_sync(kBarQ, kConsumerThreads);  // every QK (and lim read) of the previous row tile retired
-    if (tp.ntiles > 0) {
-      if (c == 0 && t < kN) {  // causal limit (keys < lim) of each column; 0 for padded rows
-        const int r = tp.r0 + t;
-        lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
-      }
-      load_q<kFp8Qk, kN>(p, s, tp, base_ptr, t + 128 * c);
-      fence_proxy_async();
-      named_bar_sync(kBarQ, kConsumerThreads);
-    }
+    begin_row_tile<kFp8Qk, kN>(p, s, tp, base_ptr, lim_s, c, t);
 
     float o[8][16];
 #pragma unroll
@@ -817,16 +827,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan<kWide>(p, s, mt);
     const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
-    named_bar_sync(kBarQ, kConsumerThreads);  // every QK (and lim, m, l read) of the previous row tile retired
-    if (tp.ntiles > 0) {
-      if (c == 0 && t < kWide) {  // causal limit (keys < lim) of each row; 0 for padded rows
-        const int r = tp.r0 + t;
-        lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
-      }
-      load_q<true, kWide>(p, s, tp, base_ptr, t + 128 * c);
-      fence_proxy_async();
-      named_bar_sync(kBarQ, kConsumerThreads);
-    }
+    begin_row_tile<true, kWide>(p, s, tp, base_ptr, lim_s, c, t);
 
     float o[km::kPvTilesWide][32];
 #pragma unroll
