@@ -27,6 +27,8 @@ struct Problem {
   DType cache_dt = DType::bf16;
   std::vector<int32_t> seq_lens, table, q_start;
   Tensor q, cache, o, lse, block_table, lens, starts;
+  Tensor cache_storage;  // when set, `cache_view` (a view into it) is the cache the op reads
+  TensorView cache_view;
   int64_t B() const { return static_cast<int64_t>(seq_lens.size()); }
   int64_t max_pages() const { return static_cast<int64_t>(table.size()) / B(); }
 };
@@ -80,7 +82,7 @@ MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
   a.o = p.o.view();
   a.lse = p.lse.view();
   a.q = p.q.view();
-  a.cache = p.cache.view();
+  a.cache = p.cache_storage.data() != nullptr ? p.cache_view : p.cache.view();
   a.block_table = p.block_table.view();
   a.seq_lens = p.lens.view();
   a.q_start = p.starts.view();
@@ -199,15 +201,20 @@ TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
 // The same logical KV rows (row (b, pos) from a generator that knows nothing of pages) in a
 // cache paged by `page_size`, with `capacity` positions per block-table row: the split count
 // depends on the capacity only, so two page sizes with the same capacity give the same plan.
+// Pages in order, or with `reversed` each sequence's pages in descending order (consecutive
+// pages of a sequence then never lie back to back in the cache).
 Problem make_paged(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens, int64_t capacity,
-                   uint64_t seed, int64_t H = 4) {
+                   uint64_t seed, int64_t H = 4, bool reversed = false) {
   Problem p = make(page_size, cache_dt, lens, seed, H);  // q, outputs, metadata shapes
   const int64_t width = capacity / page_size;
   p.pages = 1;
   p.table.assign(static_cast<size_t>(p.B() * width), -1);
-  for (int64_t b = 0; b < p.B(); ++b)
-    for (int64_t k = 0; k < (lens[static_cast<size_t>(b)] + page_size - 1) / page_size; ++k)
-      p.table[static_cast<size_t>(b * width + k)] = static_cast<int32_t>(p.pages++);
+  for (int64_t b = 0; b < p.B(); ++b) {
+    const int64_t count = (lens[static_cast<size_t>(b)] + page_size - 1) / page_size;
+    for (int64_t k = 0; k < count; ++k)
+      p.table[static_cast<size_t>(b * width + k)] = static_cast<int32_t>(p.pages + (reversed ? count - 1 - k : k));
+    p.pages += count;
+  }
   ++p.pages;  // one spare page
   const size_t n = static_cast<size_t>(p.pages * page_size * kMlaRow);
   std::mt19937_64 fill(seed + 1);
@@ -256,8 +263,8 @@ TEST_F(MlaAttentionCuda, PageSizeAndModeDoNotChangeTheBits) {
     }
 }
 
-// The keys-as-M kernel copies row by row into 64-key tiles whatever the page size, so the page
-// size does not change its bits either (both precisions; tails inside a tile, several splits).
+// The keys-as-M kernel fills its 64-key tiles whatever the page size, so the page size does not
+// change its bits either (both precisions; tails inside a tile, several splits).
 TEST_F(MlaAttentionCuda, KeysMPageSizeDoesNotChangeTheBits) {
   for (MlaAttentionPrecision pr : {MlaAttentionPrecision::exact, MlaAttentionPrecision::fast}) {
     const std::string what = str("precision ", static_cast<int>(pr));
@@ -274,6 +281,48 @@ TEST_F(MlaAttentionCuda, KeysMPageSizeDoesNotChangeTheBits) {
     size_t finite = 0;
     for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
     EXPECT_GT(finite, o.size() / 2) << what << ": the outputs are mostly finite, non-zero values";
+  }
+}
+
+// The fast layout's producer copies each 16-row block of a tile with one bulk copy when its rows
+// lie back to back in the cache, else row by row (km::row_offset8): the same bytes land either
+// way. Pages of 64 (every block inside a page: one copy each) against pages of 8 in descending
+// order (every block straddles two pages that are not adjacent: 16 copies) and a cache whose rows
+// are 592 bytes apart (never back to back): the same o and lse bits, for the 32-row and the wide
+// kernel, outputs poisoned first.
+TEST_F(MlaAttentionCuda, KeysMBlockCopiesDoNotChangeTheBits) {
+  const std::vector<int32_t> lens = {700, 37, 2000, 1, 1024, 129};
+  for (MlaAttentionKernel kernel : {MlaAttentionKernel::wgmma_keys_m, MlaAttentionKernel::wgmma_keys_m_wide}) {
+    const std::string what = str("kernel ", static_cast<int>(kernel));
+    Problem blocks = make_paged(64, DType::fp8_e4m3, lens, 2048, 12, 64);
+    Problem rows = make_paged(8, DType::fp8_e4m3, lens, 2048, 12, 64, /*reversed=*/true);
+    Problem strided = make_paged(64, DType::fp8_e4m3, lens, 2048, 12, 64);
+    // The same rows in a cache with 16 bytes after each: a view of [pages, 64, 592] bytes.
+    {
+      const std::vector<uint8_t> dense = testing_util::download<uint8_t>(strided.cache);
+      std::vector<uint8_t> wide_rows(static_cast<size_t>(strided.pages * 64 * 592), 0x7f);
+      for (int64_t r = 0; r < strided.pages * 64; ++r)
+        std::copy_n(dense.begin() + r * kMlaRow, kMlaRow, wide_rows.begin() + r * 592);
+      strided.cache_storage = upload(wide_rows, {strided.pages, 64, 592}, DType::fp8_e4m3, Device::cuda);
+      strided.cache_view = strided.cache_storage.view().slice(2, 0, kMlaRow);
+    }
+    for (Problem* p : {&blocks, &rows, &strided}) {
+      use_fp8_q(*p, 13);
+      const int64_t Tq = p->q_start.back();
+      p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * p->H * kMlaNope), 0x7fc1), {Tq, p->H, kMlaNope},
+                    DType::bf16, Device::cuda);
+      p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * p->H), NAN), {Tq, p->H}, DType::f32, Device::cuda);
+      EXPECT_TRUE(launched(run(*p, kernel, MlaAttentionPrecision::fast), "keys_m")) << what;
+    }
+    const std::vector<uint16_t> o = testing_util::download<uint16_t>(blocks.o);
+    const std::vector<float> lse = testing_util::download<float>(blocks.lse);
+    EXPECT_EQ(o, testing_util::download<uint16_t>(rows.o)) << what;
+    EXPECT_EQ(lse, testing_util::download<float>(rows.lse)) << what;
+    EXPECT_EQ(o, testing_util::download<uint16_t>(strided.o)) << what;
+    EXPECT_EQ(lse, testing_util::download<float>(strided.lse)) << what;
+    size_t finite = 0;
+    for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x));
+    EXPECT_EQ(finite, o.size()) << what << ": every output row is rewritten and finite";
   }
 }
 

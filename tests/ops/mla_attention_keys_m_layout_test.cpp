@@ -45,8 +45,8 @@ struct KernelSide {
   std::function<int(int, int)> qk_key = km::qk_key;
   std::function<int(int)> qk_reg_half = km::qk_reg_half;
   std::function<int(int, int)> qk_reg_byte = km::qk_reg_byte;
-  std::function<int(int, int)> pv_feature = km::pv_feature;
-  std::function<int(int)> pv_load_offset = km::pv_load_offset;
+  std::function<int(int, int)> pv_feature = [](int mt, int row) { return km::pv_feature(mt, row); };
+  std::function<int(int)> pv_load_offset = [](int t) { return km::pv_load_offset(t); };
   std::function<int(int, int, int, int)> pv_key = [](int s, int t, int j, int lohi) { return km::pv_key(s, t, j, lohi); };
   std::function<int(int, int)> pv_reg_byte = km::pv_reg_byte;
 };
@@ -190,6 +190,8 @@ TEST(MlaAttentionKeysMLayout, ProductsMatchTheHardwareModel) {
 // bytes; lane l receives bytes 4 (l % 4) .. + 3 of row l / 4 of matrix j in register j); Q is
 // stored as e4m3 bytes in natural order and read through the k-step descriptors (a k32 step
 // covers the 32 bytes a k16 one does).
+constexpr size_t kFastTileBytes = static_cast<size_t>(km::row_offset8(km::kKeys - 1) + km::kDqk);
+
 struct Qk8Side {
   std::function<int(int, int)> ldm_key = km::qk8_ldm_key;
   std::function<int(int, int)> ldm_offset = km::qk8_ldm_offset;
@@ -202,9 +204,9 @@ std::string emulate_qk8(const Qk8Side& ks, uint64_t seed) {
   std::vector<float> K(km::kKeys * km::kDqk), Q(kN * km::kDqk);
   for (auto& x : K) x = static_cast<float>(val(rng));
   for (auto& x : Q) x = static_cast<float>(val(rng));
-  std::vector<uint8_t> tile(static_cast<size_t>(km::kKeys * km::kRowBytes8), 0x7F);  // e4m3 NaN in the padding
+  std::vector<uint8_t> tile(kFastTileBytes, 0x7F);  // e4m3 NaN between the blocks
   for (int k = 0; k < km::kKeys; ++k)
-    for (int f = 0; f < km::kDqk; ++f) tile[static_cast<size_t>(k * km::kRowBytes8 + f)] = kestrel::f32_to_fp8_e4m3(K[k * km::kDqk + f]);
+    for (int f = 0; f < km::kDqk; ++f) tile[static_cast<size_t>(km::row_offset8(k) + f)] = kestrel::f32_to_fp8_e4m3(K[k * km::kDqk + f]);
   const uint32_t kSmem = static_cast<uint32_t>(sm::kKvBytes);
   std::vector<uint8_t> smem(kSmem, 0x7F);  // an unwritten byte read shows as NaN
   for (int n = 0; n < kN; ++n)
@@ -220,14 +222,14 @@ std::string emulate_qk8(const Qk8Side& ks, uint64_t seed) {
       for (int j = 0; j < 4; ++j)      // matrix j of the warp's ldmatrix.x4
         for (int r = 0; r < 8; ++r) {  // its row r: the address lane 8 j + r gives
           const int lane = 8 * j + r, key = ks.ldm_key(w, lane), off = ks.ldm_offset(s, lane);
-          if (key < 0 || key >= km::kKeys || off % 16 != 0 || off < 0 || off + 16 > km::kRowBytes8)
+          if (key < 0 || key >= km::kKeys || off % 16 != 0 || off < 0 || off + 16 > km::kDqk)
             return "QK8: an ldmatrix row address is outside the tile or not 16-byte aligned";
           for (int q4 = 0; q4 < 4; ++q4) {  // lane 4 r + q4 receives bytes 4 q4 .. + 3 in register j
             const int t = 32 * w + 4 * r + q4;
             for (int b = 0; b < 4; ++b) {
               const int e = 4 * j + b;
               A[hw_a8_row(t, e) * 32 + hw_a8_col(t, e)] =
-                  kestrel::fp8_e4m3_to_f32(tile[static_cast<size_t>(key * km::kRowBytes8 + off + 4 * q4 + b)]);
+                  kestrel::fp8_e4m3_to_f32(tile[static_cast<size_t>(km::row_offset8(key) + off + 4 * q4 + b)]);
             }
           }
         }
@@ -320,8 +322,10 @@ TEST(MlaAttentionKeysMLayout, QStoreColumnInvertsTheFeatureOrder) {
 
 // The 16-byte shared-memory loads of both products: the largest number of wavefronts a quarter
 // warp (8 lanes) needs, i.e. the most lanes whose addresses share a 16-byte bank group
-// ((address / 16) % 8), for key rows `row_bytes` apart and the given key order.
-int worst_wavefronts(int row_bytes, const std::function<int(int)>& key_of, bool qk) {
+// ((address / 16) % 8), for key rows at row_off(key), the given key order and PV's loads at
+// pv_load(t).
+int worst_wavefronts(const std::function<int(int)>& row_off, const std::function<int(int)>& key_of, bool qk,
+                     const std::function<int(int)>& pv_load = [](int t) { return km::pv_load_offset(t); }) {
   int worst = 0;
   const auto quarter = [&](const std::function<int(int)>& addr_of_lane) {
     for (int q0 = 0; q0 < 128; q0 += 8) {
@@ -333,13 +337,13 @@ int worst_wavefronts(int row_bytes, const std::function<int(int)>& key_of, bool 
   if (qk) {
     for (int q = 0; q < km::kQkSteps / 4; ++q)
       for (int half = 0; half < 2; ++half)
-        quarter([&](int t) { return key_of(16 * (t / 32) + (t % 32) / 4 + 8 * half) * row_bytes + km::qk_load_offset(q, t); });
+        quarter([&](int t) { return row_off(key_of(16 * (t / 32) + (t % 32) / 4 + 8 * half)) + km::qk_load_offset(q, t); });
   } else {
     for (int s = 0; s < km::kPvSteps; ++s)
       for (int j = 0; j < 4; ++j)
         for (int lohi = 0; lohi < 2; ++lohi)
           quarter([&](int t) {
-            return key_of(16 * s + 8 * (j / 2) + 2 * (t % 4) + lohi) * row_bytes + km::pv_load_offset(t);
+            return row_off(key_of(16 * s + 8 * (j / 2) + 2 * (t % 4) + lohi)) + pv_load(t);
           });
   }
   return worst;
@@ -348,28 +352,32 @@ int worst_wavefronts(int row_bytes, const std::function<int(int)>& key_of, bool 
 // The layout's choice (kRowBytes, key_of_position; the header says why): both products' loads
 // are one wavefront per quarter warp; the natural 576-byte rows in natural order are not (PV
 // 4-way), and no reordering of the keys within each 8 positions serves both at 592 bytes.
+std::function<int(int)> rows_apart(int bytes) {
+  return [bytes](int key) { return key * bytes; };
+}
+
 TEST(MlaAttentionKeysMLayout, TileLoadsAreFreeOfBankConflicts) {
   const auto ordered = [](int p) { return km::key_of_position(p); };
-  EXPECT_EQ(worst_wavefronts(km::kRowBytes, ordered, true), 1);
-  EXPECT_EQ(worst_wavefronts(km::kRowBytes, ordered, false), 1);
+  EXPECT_EQ(worst_wavefronts(rows_apart(km::kRowBytes), ordered, true), 1);
+  EXPECT_EQ(worst_wavefronts(rows_apart(km::kRowBytes), ordered, false), 1);
   const auto natural = [](int p) { return p; };
-  EXPECT_EQ(worst_wavefronts(576, natural, true), 1);
-  EXPECT_EQ(worst_wavefronts(576, natural, false), 4);
+  EXPECT_EQ(worst_wavefronts(rows_apart(576), natural, true), 1);
+  EXPECT_EQ(worst_wavefronts(rows_apart(576), natural, false), 4);
   std::vector<int> perm = {0, 1, 2, 3, 4, 5, 6, 7};
   int both = 0;
   do {
     const auto key_of = [&](int p) { return (p & ~7) | perm[static_cast<size_t>(p & 7)]; };
-    both += worst_wavefronts(592, key_of, true) == 1 && worst_wavefronts(592, key_of, false) == 1;
+    both += worst_wavefronts(rows_apart(592), key_of, true) == 1 && worst_wavefronts(rows_apart(592), key_of, false) == 1;
   } while (std::next_permutation(perm.begin(), perm.end()));
   EXPECT_EQ(both, 0);
   for (int p = 0; p < km::kKeys; ++p) EXPECT_EQ(km::key_of_position(p) / 8, p / 8) << "a key stays in its 8 positions";
   static_assert(km::kRowBytes % 16 == 0 && km::kRowBytes >= km::kDqk);
 }
 
-// The fast precision's layout (km::kRowBytes8, keys in natural order): each 8-row matrix of
-// QK's ldmatrix is one wavefront (8 distinct 16-byte bank groups), and PV's 16-byte loads stay
-// conflict-free; at 608 bytes the ldmatrix rows would pair up in 4 groups, whatever the order.
-int worst_ldm_wavefronts(int row_bytes, bool e4m3_order) {
+// The fast precision's layout (blocks of 16 cache rows, km::row_offset8, and its key order): each
+// 8-row matrix of QK's ldmatrix is one wavefront (8 distinct 16-byte bank groups), and PV's
+// 16-byte loads stay conflict-free.
+int worst_ldm_wavefronts(const std::function<int(int)>& row_off, const std::function<int(int)>& key_of) {
   int worst = 0;
   for (int s = 0; s < km::kQk8Steps; ++s)
     for (int w = 0; w < 4; ++w)
@@ -377,23 +385,48 @@ int worst_ldm_wavefronts(int row_bytes, bool e4m3_order) {
         int count[8] = {};
         for (int r = 0; r < 8; ++r) {
           const int lane = 8 * j + r;
-          const int key = e4m3_order ? km::qk8_ldm_key(w, lane)
-                                     : km::key_of_position(16 * w + 8 * ((lane / 8) % 2) + lane % 8);
-          ++count[((key * row_bytes + km::qk8_ldm_offset(s, lane)) / 16) % 8];
+          const int key = key_of(16 * w + 8 * ((lane / 8) % 2) + lane % 8);
+          ++count[((row_off(key) + km::qk8_ldm_offset(s, lane)) / 16) % 8];
         }
         for (int c : count) worst = c > worst ? c : worst;
       }
   return worst;
 }
 
+std::function<int(int)> blocks_apart(int bytes) {
+  return [bytes](int key) { return (key / km::kBlockRows8) * bytes + (key % km::kBlockRows8) * km::kDqk; };
+}
+
 TEST(MlaAttentionKeysMLayout, FastLayoutLoadsAreFreeOfBankConflicts) {
-  const auto natural = [](int p) { return km::key_of_position(p, true); };
-  EXPECT_EQ(worst_ldm_wavefronts(km::kRowBytes8, true), 1);
-  EXPECT_EQ(worst_wavefronts(km::kRowBytes8, natural, false), 1);  // PV
-  EXPECT_EQ(worst_ldm_wavefronts(km::kRowBytes, false), 2);
-  EXPECT_EQ(worst_ldm_wavefronts(km::kRowBytes, true), 2);
-  for (int p = 0; p < km::kKeys; ++p) EXPECT_EQ(natural(p), p);
-  static_assert(km::kRowBytes8 % 16 == 0 && km::kRowBytes8 >= km::kDqk && km::row_bytes(true) == km::kRowBytes8);
+  const auto fast = [](int p) { return km::key_of_position(p, true); };
+  const auto fast_pv = [](int t) { return km::pv_load_offset(t, true); };
+  const std::function<int(int)> layout = [](int key) { return km::row_offset8(key); };
+  EXPECT_EQ(worst_ldm_wavefronts(layout, fast), 1);
+  EXPECT_EQ(worst_wavefronts(layout, fast, false, fast_pv), 1);  // PV
+  for (int key = 0; key < km::kKeys; ++key) EXPECT_EQ(layout(key), blocks_apart(km::kBlockBytes8)(key));
+  // What each choice buys: the blocks as the copies would land them fastest (9,216 bytes apart,
+  // the source's address mod 128) put every row in 2 bank groups; the natural key order puts an
+  // ldmatrix's 8 rows in 4 groups; the exact layout's unit order leaves PV 2-way.
+  EXPECT_EQ(worst_ldm_wavefronts(blocks_apart(9216), fast), 4);
+  EXPECT_EQ(worst_ldm_wavefronts(layout, [](int p) { return p; }), 4);
+  EXPECT_EQ(worst_wavefronts(layout, fast, false), 2);
+  std::vector<int> seen(km::kKeys, 0);
+  for (int p = 0; p < km::kKeys; ++p) ++seen[static_cast<size_t>(fast(p))];
+  for (int v : seen) EXPECT_EQ(v, 1) << "the fast key order is a permutation";
+  static_assert(km::kBlockBytes8 % 16 == 0 && km::kBlockBytes8 >= km::kBlockRows8 * km::kDqk);
+}
+
+// PV's loads address k-step ks, half h as k-step 0's plus pv_step_offset(ks, h): one offset for
+// every thread and key pair, in both layouts (the kernel adds it as an immediate).
+TEST(MlaAttentionKeysMLayout, PvStepOffsetIsTheSameForEveryThread) {
+  for (bool e4m3 : {false, true})
+    for (int t = 0; t < 128; ++t)
+      for (int ks = 0; ks < km::kPvSteps; ++ks)
+        for (int j = 0; j < 4; ++j)
+          for (int lohi = 0; lohi < 2; ++lohi)
+            ASSERT_EQ(km::row_offset(km::pv_key(ks, t, j, lohi, e4m3), e4m3),
+                      km::row_offset(km::pv_key(0, t, 0, lohi, e4m3), e4m3) + km::pv_step_offset(ks, j / 2, e4m3))
+                << "e4m3 " << e4m3 << " t " << t << " ks " << ks << " j " << j << " lohi " << lohi;
 }
 
 // The products and P^T with the keys in natural order (the fast layout's PV and mask): the same
@@ -403,7 +436,11 @@ TEST(MlaAttentionKeysMLayout, ProductsMatchInTheFastLayoutsKeyOrder) {
   ks.key_of_position = [](int p) { return km::key_of_position(p, true); };
   ks.qk_key = [](int t, int half) { return km::key_of_position(16 * (t / 32) + (t % 32) / 4 + 8 * half, true); };
   ks.pv_key = [](int s, int t, int j, int lohi) { return km::pv_key(s, t, j, lohi, true); };
+  ks.pv_feature = [](int mt, int row) { return km::pv_feature(mt, row, true); };
+  ks.pv_load_offset = [](int t) { return km::pv_load_offset(t, true); };
   EXPECT_EQ(emulate(ks, 7), "");
+  ks.pv_feature = [](int mt, int row) { return km::pv_feature(mt, row); };  // the exact layout's features
+  EXPECT_NE(emulate(ks, 7), "") << "the fast loads with the exact layout's feature order";
 }
 
 // ---- PV of the wide instantiation (64 query rows, value features split between the warpgroups):
@@ -425,18 +462,19 @@ std::string emulate_pv_wide(const WideSide& ws, uint64_t seed) {
   std::uniform_int_distribution<int> val(-4, 4), pval(0, 6);
   std::vector<float> V(km::kKeys * km::kDqk);
   for (auto& x : V) x = static_cast<float>(val(rng));
-  std::vector<uint8_t> tile(static_cast<size_t>(km::kKeys * km::kRowBytes8), 0x7F);  // NaN in the padding
+  std::vector<uint8_t> tile(kFastTileBytes, 0x7F);  // NaN between the blocks
   for (int k = 0; k < km::kKeys; ++k)
-    for (int f = 0; f < km::kDqk; ++f) tile[static_cast<size_t>(k * km::kRowBytes8 + f)] = kestrel::f32_to_fp8_e4m3(V[k * km::kDqk + f]);
+    for (int f = 0; f < km::kDqk; ++f) tile[static_cast<size_t>(km::row_offset8(k) + f)] = kestrel::f32_to_fp8_e4m3(V[k * km::kDqk + f]);
   std::vector<double> P(kRows * km::kKeys);  // P[n][key]
   constexpr uint32_t kSmem = 2 * 32 * 128;
   std::vector<uint8_t> smem(kSmem, 0xFF);  // an unwritten f16 read is NaN
   for (int n = 0; n < kRows; ++n)
-    for (int key = 0; key < km::kKeys; ++key) {
+    for (int pos = 0; pos < km::kKeys; ++pos) {  // P^T's K index is the position (the kernel's order)
+      const int key = km::key_of_position(pos, true);
       const double v = pval(rng);
       P[n * km::kKeys + key] = v;
       const uint16_t h = kestrel::f32_to_f16(static_cast<float>(v));
-      const uint32_t off = static_cast<uint32_t>((n / 32) * ws.p_half_bytes) + sm::sw128_offset(32, n % 32, key);
+      const uint32_t off = static_cast<uint32_t>((n / 32) * ws.p_half_bytes) + sm::sw128_offset(32, n % 32, pos);
       if (off + 2 > kSmem) return "P^T's second half is outside the buffer";
       std::memcpy(&smem[off], &h, 2);
     }
@@ -454,7 +492,7 @@ std::string emulate_pv_wide(const WideSide& ws, uint64_t seed) {
               const int e = 2 * j + lohi, key = km::pv_key(s, t, j, lohi, true), byte = ws.reg_byte(mm, j);
               if (byte < 0 || byte >= 8) return "PV wide: a register's byte is outside the load";
               A[hw_a_row(t, e) * 16 + hw_a_col(t, e)] =
-                  kestrel::fp8_e4m3_to_f32(tile[static_cast<size_t>(key * km::kRowBytes8 + load + byte)]);
+                  kestrel::fp8_e4m3_to_f32(tile[static_cast<size_t>(km::row_offset8(key) + load + byte)]);
             }
         }
         const uint64_t db = sm::k_desc(0, s);  // P^T as B: K-major (keys), N = 64 rows
@@ -507,9 +545,9 @@ TEST(MlaAttentionKeysMLayout, WidePvPlantedBugsAreCaught) {
 }
 
 // The wide PV's 8-byte loads: a half warp (16 lanes) is one wavefront when no two of its lanes
-// touch the same 4-byte bank at different addresses; with the fast layout's 592-byte rows and
-// natural key order each half warp covers the 32 banks once.
-TEST(MlaAttentionKeysMLayout, WidePvLoadsAreFreeOfBankConflicts) {
+// touch the same 4-byte bank at different addresses; with the fast layout's blocks, its key order
+// and pv_wide_unit each half warp covers the 32 banks once.
+int worst_wide_pv_banks(const std::function<int(int, int)>& load_offset) {
   int worst = 0;
   for (int c = 0; c < 2; ++c)
     for (int s = 0; s < km::kPvSteps; ++s)
@@ -518,13 +556,19 @@ TEST(MlaAttentionKeysMLayout, WidePvLoadsAreFreeOfBankConflicts) {
           for (int h0 = 0; h0 < 128; h0 += 16) {
             int count[32] = {};
             for (int t = h0; t < h0 + 16; ++t) {
-              const int addr = km::pv_key(s, t, j, lohi, true) * km::kRowBytes8 + km::pv_wide_load_offset(c, t);
+              const int addr = km::row_offset8(km::pv_key(s, t, j, lohi, true)) + load_offset(c, t);
               ++count[(addr / 4) % 32];
               ++count[(addr / 4 + 1) % 32];
             }
             for (int n : count) worst = n > worst ? n : worst;
           }
-  EXPECT_EQ(worst, 1);
+  return worst;
+}
+
+TEST(MlaAttentionKeysMLayout, WidePvLoadsAreFreeOfBankConflicts) {
+  EXPECT_EQ(worst_wide_pv_banks(km::pv_wide_load_offset), 1);
+  // The 592-byte layout's unit order (8 w + g) on the blocks: 2-way.
+  EXPECT_EQ(worst_wide_pv_banks([](int c, int t) { return 256 * c + 8 * (8 * (t / 32) + (t % 32) / 4); }), 2);
 }
 
 // Each planted bug breaks the emulation: it sees every class of error it is meant to see.

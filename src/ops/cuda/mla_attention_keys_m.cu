@@ -188,6 +188,9 @@ static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0
 static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216400 && kSmemBytes <= 232448,
               "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
+static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes) && km::kBlockBytes8 % 16 == 0 &&
+                  km::kBlockRows8 == 16,
+              "the fast layout's 4 blocks of 16 rows (one per producer warp) fit a stage, 16-byte aligned");
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
 
@@ -259,17 +262,29 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
       if (mine && !copy) {  // past the end: zeros; a page outside the cache: e4m3 NaN
         const uint32_t f = nan ? 0x01010101u * kE4m3Nan : 0u;
-        uint4* dst = reinterpret_cast<uint4*>(base_ptr + kOffStages + st * kStageBytes + row * km::row_bytes(kFp8Qk));
+        uint4* dst = reinterpret_cast<uint4*>(base_ptr + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk));
 #pragma unroll 4
         for (int u = 0; u < kDqk / 16; ++u) dst[u] = make_uint4(f, f, f, f);
         fence_proxy_async();  // (generic writes where the async proxy wrote before and will again)
       }
       const int copies = __popc(__ballot_sync(0xffffffffu, copy));
+      // The fast layout keeps the warp's 16 rows as one block (km::row_offset8): when they lie
+      // back to back in the cache (a page, rows 576 bytes apart), one copy takes them all.
+      bool block = false;
+      if constexpr (kFp8Qk) {
+        const uintptr_t first = __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), 0);
+        block = __all_sync(0xffffffffu, !mine || (copy && reinterpret_cast<uintptr_t>(src) == first + lane * kDqk));
+      }
       __syncwarp();  // the filled rows before lane 0's arrival (release)
       const uint32_t full = base + kBarFull + 8 * st;
       if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kDqk);
       __syncwarp();  // the expected bytes are announced before any copy can complete
-      if (copy) bulk_copy_g2s(base + kOffStages + st * kStageBytes + row * km::row_bytes(kFp8Qk), src, kDqk, full);
+      const uint32_t dst = base + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk);
+      if (block) {
+        if (lane == 0) bulk_copy_g2s(dst, src, km::kBlockRows8 * kDqk, full);
+      } else if (copy) {
+        bulk_copy_g2s(dst, src, kDqk, full);
+      }
     }
   }
 }
@@ -365,7 +380,7 @@ __device__ __forceinline__ void qk_tile(float (&sc)[16], uint32_t tile, uint32_t
 // wait_group 1, the next group's loads issued right after this group's wgmma.
 __device__ __forceinline__ void qk_tile8(float (&sc)[16], uint32_t tile, uint32_t q_lo, int t) {
   const int lane = t % 32;
-  const uint32_t row = tile + km::qk8_ldm_key(t / 32, lane) * km::kRowBytes8 + km::qk8_ldm_offset(0, lane);
+  const uint32_t row = tile + km::row_offset8(km::qk8_ldm_key(t / 32, lane)) + km::qk8_ldm_offset(0, lane);
   constexpr int kGroups = km::kQk8Steps / 2;
   uint32_t a[kGroups][2][4];
 #pragma unroll
@@ -399,7 +414,7 @@ template <bool kFp8Qk>
 __device__ __forceinline__ void pv_rows(uint32_t (&rows)[2], uint32_t tile, int t) {
 #pragma unroll
   for (int lohi = 0; lohi < 2; ++lohi)
-    rows[lohi] = tile + km::pv_key(0, t, 0, lohi, kFp8Qk) * km::row_bytes(kFp8Qk) + km::pv_load_offset(t);
+    rows[lohi] = tile + km::row_offset(km::pv_key(0, t, 0, lohi, kFp8Qk), kFp8Qk) + km::pv_load_offset(t, kFp8Qk);
 }
 // x[h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of k-step ks.
 template <bool kFp8Qk>
@@ -407,7 +422,7 @@ __device__ __forceinline__ void pv_load(uint4 (&x)[2][2], const uint32_t (&rows)
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + (16 * ks + 8 * h) * km::row_bytes(kFp8Qk));
+    for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds128(rows[lohi] + km::pv_step_offset(ks, h, kFp8Qk));
 }
 
 // O^T += V^T P^T over one tile (4 k-steps of 16 keys, 8 m-tiles each in two groups of 4); P^T
@@ -726,7 +741,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       for (int mm = 0; mm < 8; ++mm)
 #pragma unroll
         for (int i = 0; i < 16; ++i) o[mm][i] = o[mm][i] * f_mine[slot_of_reg(i)] + xch[(16 * mm + i) * 64 + xt];
-      const int f0 = 16 * (8 * w + g);  // the thread's 16 features: f0 + 2 mt + (row half)
+      const int f0 = 16 * km::pv_unit(w, g, kFp8Qk);  // the thread's 16 features: f0 + 2 mt + (row half)
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const int n = col_of_slot(q4, k);
@@ -772,14 +787,14 @@ __device__ __forceinline__ uint2 lds64(uint32_t addr) {
 __device__ __forceinline__ void pv_rows_wide(uint32_t (&rows)[2], uint32_t tile, int c, int t) {
 #pragma unroll
   for (int lohi = 0; lohi < 2; ++lohi)
-    rows[lohi] = tile + km::pv_key(0, t, 0, lohi, true) * km::kRowBytes8 + km::pv_wide_load_offset(c, t);
+    rows[lohi] = tile + km::row_offset8(km::pv_key(0, t, 0, lohi, true)) + km::pv_wide_load_offset(c, t);
 }
 // x[h][lohi]: the 8 value bytes of warpgroup c's features in the keys of A columns 8 h + 2 q4 + lohi.
 __device__ __forceinline__ void pv_load_wide(uint2 (&x)[2][2], const uint32_t (&rows)[2], int ks) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds64(rows[lohi] + (16 * ks + 8 * h) * km::kRowBytes8);
+    for (int lohi = 0; lohi < 2; ++lohi) x[h][lohi] = lds64(rows[lohi] + km::pv_step_offset(ks, h, true));
 }
 // O^T (this warpgroup's 4 m-tiles, 64 rows) += V^T P^T over one tile: 4 k-steps of one group of 4
 // wgmma m64n64k16; the next k-step's loads in flight during the group; the stage released after
@@ -897,7 +912,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
     named_bar_sync(kBarMerge, kConsumerThreads);
     // The output: the thread's 8 features f0 .. f0 + 7 (km::pv_wide_feature: byte 2 mm + half) of
     // each of its 16 columns.
-    const int f0 = 256 * c + 8 * (8 * w + g);
+    const int f0 = 256 * c + 8 * km::pv_wide_unit(w, g);
     const bool lse_writer = c == 0 && w == 0 && g == 0;
 #pragma unroll
     for (int k = 0; k < 16; ++k) {

@@ -59,16 +59,25 @@ constexpr int kRowBytes = 608;
 // contraction index): the same order in all three, so the products are those of the natural one.
 // The order 0 6 1 7 2 4 3 5 as nibbles of one constant: a table indexed by a thread's lane went to
 // local memory on the GPU (a store and a load per use: the first H200 profile's hottest lines).
-// The fast precision's tile (QK on e4m3 by ldmatrix, below) keeps the natural order instead.
+// The fast precision's tile (below) has its own order: position 8 j + r (r < 8) holds key
+// 16 (r / 2) + 2 j + r % 2, so that each 8 positions are 2 keys of each of the 4 blocks.
 KESTREL_KEYS_M_HD int key_of_position(int p, bool e4m3_qk = false) {
-  return e4m3_qk ? p : (p & ~7) | static_cast<int>((0x53427160u >> (4 * (p & 7))) & 0xfu);
+  return e4m3_qk ? 16 * ((p % 8) / 2) + 2 * (p / 8) + p % 2
+                 : (p & ~7) | static_cast<int>((0x53427160u >> (4 * (p & 7))) & 0xfu);
 }
-// The fast precision's tile: rows 592 bytes apart (37 groups, odd: any 8 consecutive keys fall in
-// 8 distinct groups, so each 8-row matrix of an ldmatrix is one wavefront; at 608 always two),
-// keys in natural order (PV's quartets {0, 2, 4, 6} / {1, 3, 5, 7} of each 8 then fall in groups
-// 0, 2, 4, 6 / 5, 7, 1, 3 mod 8: pairwise 2 apart).
-constexpr int kRowBytes8 = 592;
-KESTREL_KEYS_M_HD constexpr int row_bytes(bool e4m3_qk) { return e4m3_qk ? kRowBytes8 : kRowBytes; }
+// The fast precision's tile: 4 blocks of 16 key rows, each block as it lies in the cache (rows
+// 576 bytes apart: one bulk copy of 9,216 bytes per block, where per-row copies took the stream
+// ~10% longer on the H200), the blocks 9,232 bytes apart (577 groups, odd). A block copy keeps
+// the address mod 128 of its source up to 16 bytes: at 32 or 64 bytes off the H200 streamed
+// slower than with per-row copies, at 0 (blocks 9,216 or 9,344 apart: rows fall in 2 groups only,
+// 4-way conflicts) fastest. With 16 off, key k = 16 b + i lies in group (b + 4 (i % 2) + u) % 8
+// for its 16-byte unit u: the 8 keys of 8 positions (4 blocks x 2 parities) in 8 distinct groups
+// (each ldmatrix matrix is one wavefront), and PV's quartets (4 blocks, one parity) in 4 groups
+// that a unit pair 4 groups apart fills to 8 (pv_load_offset).
+constexpr int kBlockRows8 = 16, kBlockBytes8 = 9232;
+KESTREL_KEYS_M_HD constexpr int row_offset8(int key) { return (key / kBlockRows8) * kBlockBytes8 + (key % kBlockRows8) * kDqk; }
+// Key row k's byte offset in the tile of either precision.
+KESTREL_KEYS_M_HD constexpr int row_offset(int key, bool e4m3_qk) { return e4m3_qk ? row_offset8(key) : key * kRowBytes; }
 
 // ---- QK ---------------------------------------------------------------------------------------
 // The feature held by A column c (0 .. 15) of k-step s: thread q4 = (c % 8) / 2 holds columns
@@ -118,17 +127,26 @@ KESTREL_KEYS_M_HD int pt_store_pos(int w, int h) { return 16 * w + 8 * h; }
 
 // ---- PV ---------------------------------------------------------------------------------------
 // The value feature of A row `row` (0 .. 63) of m-tile mt: thread (w, g) holds rows 16 w + g and
-// 16 w + g + 8 of every m-tile: 16 rows that are bytes 0 .. 15 of its 16-byte load at
-// 16 (8 w + g) of a key row, byte 2 mt + half.
-KESTREL_KEYS_M_HD int pv_feature(int mt, int row) {
+// 16 w + g + 8 of every m-tile: 16 rows that are bytes 0 .. 15 of its 16-byte load at unit
+// pv_unit(w, g) (16 bytes) of a key row, byte 2 mt + half. The exact layout takes unit 8 w + g; the
+// fast one 8 w + g / 2 + 4 (g % 2), so that the two g of a quarter warp load units 4 groups apart.
+KESTREL_KEYS_M_HD int pv_unit(int w, int g, bool e4m3_qk) { return 8 * w + (e4m3_qk ? g / 2 + 4 * (g % 2) : g); }
+KESTREL_KEYS_M_HD int pv_feature(int mt, int row, bool e4m3_qk = false) {
   const int w = row / 16, g = row % 8, half = (row % 16) / 8;
-  return 16 * (8 * w + g) + 2 * mt + half;
+  return 16 * pv_unit(w, g, e4m3_qk) + 2 * mt + half;
 }
-KESTREL_KEYS_M_HD int pv_load_offset(int t) { return 16 * (8 * (t / 32) + (t % 32) / 4); }
+KESTREL_KEYS_M_HD int pv_load_offset(int t, bool e4m3_qk = false) { return 16 * pv_unit(t / 32, (t % 32) / 4, e4m3_qk); }
 // The keys of thread t's A columns in PV k-step ks: register j holds values 2 j, 2 j + 1, which
 // are columns (positions) 8 (j / 2) + 2 q4 + 0 / 1; their bytes come from two keys' loads.
 KESTREL_KEYS_M_HD int pv_key(int ks, int t, int j, int lohi, bool e4m3_qk = false) {
   return key_of_position(16 * ks + 8 * (j / 2) + 2 * (t % 4) + lohi, e4m3_qk);
+}
+// The offset of k-step ks's keys of half h (registers j = 2 h, 2 h + 1) from k-step 0's of half 0,
+// the same for every thread in both layouts (an immediate in the loads; the layout test checks):
+// the exact order permutes keys within 8 positions, the fast one keeps 16 ks + 8 h + 2 q4 + lohi
+// in block q4, at row 4 ks + 2 h + lohi.
+KESTREL_KEYS_M_HD int pv_step_offset(int ks, int h, bool e4m3_qk) {
+  return row_offset(key_of_position(16 * ks + 8 * h, e4m3_qk), e4m3_qk);
 }
 // Register j of m-tile mt: the byte of each key's 16-byte load that it takes (a byte permute
 // pairs the two keys' bytes, then one cvt.rn.f16x2.e4m3x2).
@@ -139,14 +157,19 @@ KESTREL_KEYS_M_HD int pv_reg_byte(int mt, int j) { return 2 * mt + (j % 2); }
 // 31, and O^T = V^T P^T for all 64 rows (N = 64) over its own value features 256 c .. 256 c + 255
 // (4 m-tiles), so each converts only half of a tile's value bytes. Thread (w, g) of warpgroup c
 // holds rows 16 w + g and 16 w + g + 8 of its 4 m-tiles: 8 features that are 8 consecutive bytes
-// of a key row (byte 2 mm + half of one 8-byte load per key: pv_reg_byte(mm, j) as above). A half
-// warp's 8-byte loads (4 keys 2 apart, 4 offsets 8 bytes apart) then touch 32 distinct banks with
-// the fast layout's 592-byte rows (tests/ops/mla_attention_keys_m_layout_test.cpp).
+// of a key row (byte 2 mm + half of one 8-byte load per key, at 8-byte unit pv_wide_unit(w, g):
+// pv_reg_byte(mm, j) as above). A half warp's loads read 4 keys of 4 blocks (8-byte units 2 b +
+// 8 (i % 2) mod 16 of their rows) at 4 units {u, u + 1, u + 8, u + 9}: 32 distinct banks
+// (tests/ops/mla_attention_keys_m_layout_test.cpp).
 constexpr int kWideRows = 64, kPvTilesWide = 4;
+KESTREL_KEYS_M_HD int pv_wide_unit(int w, int g) {
+  const int i = g / 4, e = g % 4;
+  return 16 * (w / 2) + 2 * (2 * (w % 2) + i) + (e % 2) + 8 * (e / 2);
+}
 KESTREL_KEYS_M_HD int pv_wide_feature(int c, int mm, int row) {
   const int w = row / 16, g = row % 8, half = (row % 16) / 8;
-  return 256 * c + 8 * (8 * w + g) + 2 * mm + half;
+  return 256 * c + 8 * pv_wide_unit(w, g) + 2 * mm + half;
 }
-KESTREL_KEYS_M_HD int pv_wide_load_offset(int c, int t) { return 256 * c + 8 * (8 * (t / 32) + (t % 32) / 4); }
+KESTREL_KEYS_M_HD int pv_wide_load_offset(int c, int t) { return 256 * c + 8 * pv_wide_unit(t / 32, (t % 32) / 4); }
 
 }  // namespace kestrel::ops::cuda::keys_m
