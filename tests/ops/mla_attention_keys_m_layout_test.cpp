@@ -416,6 +416,16 @@ TEST(MlaAttentionKeysMLayout, FastLayoutLoadsAreFreeOfBankConflicts) {
   static_assert(km::kBlockBytes8 % 16 == 0 && km::kBlockBytes8 >= km::kBlockRows8 * km::kDqk);
 }
 
+// The softmax's mask forms a thread's two keys (S^T rows 16 w + g and 16 w + g + 8) as the first
+// plus key_of_position(8), in both orders.
+TEST(MlaAttentionKeysMLayout, SecondRowKeyIsTheFirstPlusKey8) {
+  for (bool e4m3 : {false, true})
+    for (int w = 0; w < 4; ++w)
+      for (int g = 0; g < 8; ++g)
+        EXPECT_EQ(km::key_of_position(16 * w + g + 8, e4m3), km::key_of_position(16 * w + g, e4m3) + km::key_of_position(8, e4m3))
+            << "e4m3 " << e4m3 << " w " << w << " g " << g;
+}
+
 // PV's loads address k-step ks, half h as k-step 0's plus pv_step_offset(ks, h): one offset for
 // every thread and key pair, in both layouts (the kernel adds it as an immediate).
 TEST(MlaAttentionKeysMLayout, PvStepOffsetIsTheSameForEveryThread) {

@@ -407,14 +407,15 @@ __device__ __forceinline__ void qk_tile8(float (&sc)[16], uint32_t tile, uint32_
   fence_operands(sc);
 }
 
-// PV's loads: thread t's 16 bytes (km::pv_load_offset) of the keys of its A columns. The key at
-// position 16 ks + 8 h + 2 q4 + lohi is row 16 ks + 8 h + key_of_position(2 q4 + lohi): one base
-// per lohi, the rest immediates.
+// PV's loads: thread t's 16 bytes (km::pv_load_offset) of the keys of its A columns: one base per
+// lohi (k-step 0, half 0), the rest immediates (km::pv_step_offset). The bases are recomputed per
+// tile (opaque): kept across the loop, the fast layout's made the 32-row consumer spill 40 bytes.
 template <bool kFp8Qk>
 __device__ __forceinline__ void pv_rows(uint32_t (&rows)[2], uint32_t tile, int t) {
 #pragma unroll
   for (int lohi = 0; lohi < 2; ++lohi)
-    rows[lohi] = tile + km::row_offset(km::pv_key(0, t, 0, lohi, kFp8Qk), kFp8Qk) + km::pv_load_offset(t, kFp8Qk);
+    rows[lohi] = tile + km::row_offset(km::pv_key(0, static_cast<int>(opaque(t)), 0, lohi, kFp8Qk), kFp8Qk) +
+                 km::pv_load_offset(static_cast<int>(opaque(t)), kFp8Qk);
 }
 // x[h][lohi]: the keys of A columns 8 h + 2 q4 + lohi of k-step ks.
 template <bool kFp8Qk>
@@ -553,9 +554,11 @@ __device__ __forceinline__ void scale_scores(float (&sc)[16], float scale_log2, 
 #pragma unroll
     for (int i = 0; i < 16; ++i) sc[i] *= scale_log2;
   } else {
+    // The thread's two keys (rows 16 w + g and + 8: both orders move the second by key 8's).
+    const int key0 = kv0 + km::key_of_position(16 * w + g, kFp8Qk), key8 = key0 + km::key_of_position(8, kFp8Qk);
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const int key = kv0 + km::key_of_position(16 * w + g + 8 * ((i / 2) % 2), kFp8Qk);
+      const int key = (i / 2) % 2 ? key8 : key0;
       const bool ok = key < kv_end && key < lim[col_of_slot(q4, slot_of_reg(i))];
       sc[i] = ok ? sc[i] * scale_log2 : -INFINITY;
     }

@@ -62,7 +62,7 @@ constexpr int kRowBytes = 608;
 // The fast precision's tile (below) has its own order: position 8 j + r (r < 8) holds key
 // 16 (r / 2) + 2 j + r % 2, so that each 8 positions are 2 keys of each of the 4 blocks.
 KESTREL_KEYS_M_HD int key_of_position(int p, bool e4m3_qk = false) {
-  return e4m3_qk ? 16 * ((p % 8) / 2) + 2 * (p / 8) + p % 2
+  return e4m3_qk ? (((p >> 1) & 3) << 4) + ((p >> 3) << 1) + (p & 1)  // (bits: fewer registers than / and %)
                  : (p & ~7) | static_cast<int>((0x53427160u >> (4 * (p & 7))) & 0xfu);
 }
 // The fast precision's tile: 4 blocks of 16 key rows, each block as it lies in the cache (rows
