@@ -68,6 +68,8 @@ void mla_attention_check(const MlaAttentionArgs& a) {
     fail_arg(op, "q_scale", "1 for a bf16 q (only an fp8 q carries a per-tensor scale)", str(a.q_scale));
   if (a.precision != MlaAttentionPrecision::exact && a.precision != MlaAttentionPrecision::fast)
     fail_arg(op, "precision", "MlaAttentionPrecision::exact or ::fast", str(static_cast<int>(a.precision)));
+  if (a.cuda_combine != MlaAttentionCombine::automatic && a.cuda_combine != MlaAttentionCombine::per_row)
+    fail_arg(op, "cuda_combine", "MlaAttentionCombine::automatic or ::per_row", str(static_cast<int>(a.cuda_combine)));
 }
 
 // Fill the GPU with one wave: batch * row_tiles CTAs already exist per split; multiply them

@@ -181,6 +181,17 @@ TEST(MlaAttentionRule, Lookahead) {
 // The combine rules (pure, docs/ops/mla_attention.md): a quarter row per CTA up to num_sms rows;
 // launched early (a programmatic dependent) behind grids that leave half the SMs free; and Q by
 // tensor copy for splits of at most 2048 keys.
+// One warp per row for many rows and at most 4 splits (B = 32 at 32k keys, H = 32: 1024 rows of 4
+// splits); a row per CTA beyond that and for few rows.
+TEST(MlaAttentionRule, CombineByWarps) {
+  EXPECT_TRUE(mla_attention_combine_by_warps(1024, 4, 132));
+  EXPECT_TRUE(mla_attention_combine_by_warps(133, 2, 132));
+  EXPECT_FALSE(mla_attention_combine_by_warps(1024, 5, 132));
+  EXPECT_FALSE(mla_attention_combine_by_warps(132, 4, 132));
+  EXPECT_FALSE(mla_attention_combine_by_warps(1024, 1, 132));
+  static_assert(mla_attention_combine_by_warps(4096, kMlaAttentionCombineWarpMaxSplits, 132));
+}
+
 TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
   EXPECT_EQ(mla_attention_combine_parts(1, 132), 4);
   EXPECT_EQ(mla_attention_combine_parts(32, 132), 4);

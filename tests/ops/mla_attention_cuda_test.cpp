@@ -77,7 +77,8 @@ Problem make(int64_t page_size, DType cache_dt, const std::vector<int32_t>& lens
 }
 
 MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
-                      MlaAttentionPrecision precision = MlaAttentionPrecision::exact) {
+                      MlaAttentionPrecision precision = MlaAttentionPrecision::exact,
+                      MlaAttentionCombine combine = MlaAttentionCombine::automatic) {
   MlaAttentionArgs a;
   a.o = p.o.view();
   a.lse = p.lse.view();
@@ -89,16 +90,18 @@ MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
   a.softmax_scale = 0.0721687836f;
   a.cuda_kernel = kernel;
   a.precision = precision;
+  a.cuda_combine = combine;
   return a;
 }
 
 // Runs the op and returns the kernel names it launched.
 std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
-                             MlaAttentionPrecision precision = MlaAttentionPrecision::exact) {
+                             MlaAttentionPrecision precision = MlaAttentionPrecision::exact,
+                             MlaAttentionCombine combine = MlaAttentionCombine::automatic) {
   std::vector<std::string> log;
   cuda::set_launch_log(&log);
   try {
-    mla_attention(Backend::cuda, args(p, kernel, precision));
+    mla_attention(Backend::cuda, args(p, kernel, precision, combine));
     device_sync();
   } catch (...) {
     cuda::set_launch_log(nullptr);
@@ -281,6 +284,49 @@ TEST_F(MlaAttentionCuda, KeysMPageSizeDoesNotChangeTheBits) {
     size_t finite = 0;
     for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
     EXPECT_GT(finite, o.size() / 2) << what << ": the outputs are mostly finite, non-zero values";
+  }
+}
+
+// The warp-per-row combine (many rows, at most 4 splits) gives the bits of the CTA-per-row one:
+// 40 sequences of up to 2000 keys at H = 32 (1280 rows; 3 splits of a 2048-key capacity), the
+// keys-as-M kernel with an fp8 cache and the WGMMA one with bf16, lengths such that some splits
+// hold no keys (lse -inf) and one sequence attends nothing; outputs poisoned first.
+TEST_F(MlaAttentionCuda, CombineByWarpsGivesTheSameBits) {
+  const std::vector<int32_t> some = {2000, 37, 1500, 1, 1024, 700, 0, 1999, 1300, 640};
+  std::vector<int32_t> lens;
+  for (size_t i = 0; i < 40; ++i) lens.push_back(some[i % some.size()]);
+  struct Case {
+    DType dt;
+    MlaAttentionKernel kernel;
+  };
+  for (const Case& c : {Case{DType::fp8_e4m3, MlaAttentionKernel::wgmma_keys_m}, Case{DType::bf16, MlaAttentionKernel::wgmma}}) {
+    const std::string what = str("dtype ", dtype_name(c.dt));
+    Problem warps = make_paged(64, c.dt, lens, 2048, 31, 32);
+    Problem rows = make_paged(64, c.dt, lens, 2048, 31, 32);
+    if (c.dt == DType::fp8_e4m3) {
+      use_fp8_q(warps, 17);
+      use_fp8_q(rows, 17);
+    }
+    for (Problem* p : {&warps, &rows}) {
+      const int64_t Tq = p->q_start.back();
+      p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * p->H * kMlaNope), 0x7fc1), {Tq, p->H, kMlaNope},
+                    DType::bf16, Device::cuda);
+      p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * p->H), NAN), {Tq, p->H}, DType::f32, Device::cuda);
+    }
+    const auto warps_log = run(warps, c.kernel, MlaAttentionPrecision::fast);
+    const auto rows_log = run(rows, c.kernel, MlaAttentionPrecision::fast, MlaAttentionCombine::per_row);
+    EXPECT_TRUE(launched(warps_log, "mla_attention_combine_kernel<warp per row>")) << what;
+    EXPECT_TRUE(launched(rows_log, "mla_attention_combine_kernel")) << what;
+    EXPECT_FALSE(launched(rows_log, "warp per row")) << what;
+    const std::vector<uint16_t> o = testing_util::download<uint16_t>(warps.o);
+    const std::vector<float> lse = testing_util::download<float>(warps.lse);
+    EXPECT_EQ(o, testing_util::download<uint16_t>(rows.o)) << what;
+    EXPECT_EQ(lse, testing_util::download<float>(rows.lse)) << what;
+    size_t finite = 0, empty = 0;
+    for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x));
+    for (float x : lse) empty += x == -INFINITY;
+    EXPECT_EQ(finite, o.size()) << what << ": every output row is rewritten and finite";
+    EXPECT_EQ(empty, static_cast<size_t>(4 * 32)) << what << ": the 4 sequences without keys have lse -inf";
   }
 }
 

@@ -30,6 +30,11 @@ enum class MlaAttentionKernel : uint8_t {
 // "Tolerance"). The CPU backend and v1 compute exactly in both modes (inside both tolerances).
 enum class MlaAttentionPrecision : uint8_t { exact, fast };
 
+// The CUDA split combine (calls with splits > 1): `automatic` takes the warp-per-row kernel where
+// mla_attention_combine_by_warps says so, else CTAs per row (mla_attention_combine_parts);
+// `per_row` always the latter (tests and benchmarks compare the two: same bits).
+enum class MlaAttentionCombine : uint8_t { automatic, per_row };
+
 struct MlaAttentionArgs {
   TensorView o;            // [Tq, H, 512] bf16, any strides
   TensorView lse;          // optional [Tq, H] f32, any strides: ln(sum_j exp(score_j)), natural log
@@ -48,6 +53,7 @@ struct MlaAttentionArgs {
                            // score = (softmax_scale * kv_scale * q_scale) * sum_d dec(q_d) dec(k_d)
   MlaAttentionKernel cuda_kernel = MlaAttentionKernel::automatic;  // CUDA only: see above
   MlaAttentionPrecision precision = MlaAttentionPrecision::exact;  // see above
+  MlaAttentionCombine cuda_combine = MlaAttentionCombine::automatic;  // CUDA only: see above
 };
 
 void mla_attention_check(const MlaAttentionArgs& a);
@@ -70,6 +76,15 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
 // docs/ops/mla_attention.md): 4 (a quarter of the 512 columns each) when the call has at most
 // num_sms rows (Tq * H), so that few rows with many splits still spread over the GPU; else 1.
 int mla_attention_combine_parts(int64_t rows, int64_t num_sms);
+
+// Whether the CUDA combine takes one warp per output row (a pure function, documented in
+// docs/ops/mla_attention.md): for calls of more than num_sms rows (Tq * H) with at most
+// kMlaAttentionCombineWarpMaxSplits splits, where a warp holds every split's partial of its
+// row at once (all loads in flight, no barrier) instead of a CTA per row.
+inline constexpr int64_t kMlaAttentionCombineWarpMaxSplits = 4;
+constexpr bool mla_attention_combine_by_warps(int64_t rows, int64_t splits, int64_t num_sms) {
+  return rows > num_sms && splits > 1 && splits <= kMlaAttentionCombineWarpMaxSplits;
+}
 
 // Whether the CUDA combine kernel launches as a programmatic dependent of the attention grid of
 // `ctas` CTAs (a pure function, documented in docs/ops/mla_attention.md): when that grid leaves at

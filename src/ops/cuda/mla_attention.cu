@@ -536,6 +536,79 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
   if (p.lse && tid == 0 && blockIdx.y == 0) p.lse[t * p.lse_s0 + h * p.lse_s1] = lse;
 }
 
+// The same merge with one warp per row (calls of many rows and at most 4 splits: the rule
+// mla_attention_combine_by_warps): lane l holds columns 4 l + 128 k (k < 4) of every split's
+// partial and lane s split s's lse, all loaded at once; the max and the weights go by shuffles,
+// no barrier. Same arithmetic and order as mla_attention_combine_kernel<1> (there warp s holds
+// split s's products, summed in warp order): each product w_s o_s rounded, then added in split
+// order, so the two give the same bits (MlaAttentionCuda.CombineByWarpsGivesTheSameBits).
+// (H200, decode B32 32k H32 fp8: 4 splits x 1024 rows; the CTA-per-row kernel paid a round trip
+// for the lse before the partials' loads and two barriers.)
+constexpr int kCombineWarpSplits = static_cast<int>(kMlaAttentionCombineWarpMaxSplits);
+__global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_warps_kernel(const __grid_constant__ MlaAttentionParams p) {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");  // (see mla_attention_combine_kernel)
+  const int64_t rows = p.Tq * p.H;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + static_cast<int>(threadIdx.x) / 32;
+  if (row >= rows) return;
+  const int64_t t = row / p.H, h = row % p.H;
+  const float my_lse = lane < p.splits ? p.ws_lse[lane * rows + row] : -INFINITY;
+  float4 v[kCombineWarpSplits][kDv / 128];
+#pragma unroll
+  for (int s = 0; s < kCombineWarpSplits; ++s)
+    if (s < p.splits) {
+      const float* src = p.ws_o + (s * rows + row) * kDv + 4 * lane;
+#pragma unroll
+      for (int k = 0; k < kDv / 128; ++k) v[s][k] = *reinterpret_cast<const float4*>(src + 128 * k);
+    }
+  float mx = my_lse;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+  const bool nan = __any_sync(0xffffffffu, my_lse != my_lse);
+  float o[kDv / 128][4] = {}, lse = -INFINITY;
+  if (nan) {
+#pragma unroll
+    for (int k = 0; k < kDv / 128; ++k) o[k][0] = o[k][1] = o[k][2] = o[k][3] = NAN;
+    lse = NAN;
+  } else if (mx != -INFINITY) {
+    const float my_w = exp2f(my_lse - mx);
+    float total = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kCombineWarpSplits; ++s)
+      if (s < p.splits) {
+        const float w = __shfl_sync(0xffffffffu, my_w, s);
+        total = __fadd_rn(total, w);
+#pragma unroll
+        for (int k = 0; k < kDv / 128; ++k) {
+          o[k][0] = __fadd_rn(o[k][0], __fmul_rn(w, v[s][k].x));
+          o[k][1] = __fadd_rn(o[k][1], __fmul_rn(w, v[s][k].y));
+          o[k][2] = __fadd_rn(o[k][2], __fmul_rn(w, v[s][k].z));
+          o[k][3] = __fadd_rn(o[k][3], __fmul_rn(w, v[s][k].w));
+        }
+      }
+#pragma unroll
+    for (int k = 0; k < kDv / 128; ++k)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[k][e] /= total;
+    lse = (mx + log2f(total)) * kLn2;
+  }
+  uint16_t* orow = p.o + t * p.o_s0 + h * p.o_s1;
+#pragma unroll
+  for (int k = 0; k < kDv / 128; ++k) {
+    const int d = 4 * lane + 128 * k;
+    const uint32_t lo = pack_bf16x2(o[k][0], o[k][1]), hi = pack_bf16x2(o[k][2], o[k][3]);
+    if (p.o_vec) {
+      *reinterpret_cast<uint2*>(orow + d) = make_uint2(lo, hi);
+    } else {
+      orow[d * p.o_s2] = static_cast<uint16_t>(lo & 0xffffu);
+      orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(lo >> 16);
+      orow[(d + 2) * p.o_s2] = static_cast<uint16_t>(hi & 0xffffu);
+      orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
+    }
+  }
+  if (p.lse && lane == 0) p.lse[t * p.lse_s0 + h * p.lse_s1] = lse;
+}
+
 bool aligned(const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0; }
 
 std::pair<int, int> compute_capability() {
@@ -675,11 +748,17 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   }
   if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");
-    const int parts = mla_attention_combine_parts(Tq * H, sms);
-    const dim3 cgrid(static_cast<unsigned>(Tq * H), static_cast<unsigned>(parts));
-    launch_dependent(parts == 4 ? mla_attention_combine_kernel<4> : mla_attention_combine_kernel<1>, cgrid,
-                     dim3(kCombineThreads), s, p.combine_early, p);
-    KESTREL_LAUNCHED("mla_attention_combine_kernel");
+    if (a.cuda_combine == MlaAttentionCombine::automatic && mla_attention_combine_by_warps(Tq * H, splits, sms)) {
+      const dim3 cgrid(static_cast<unsigned>((Tq * H + kCombineWarps - 1) / kCombineWarps));
+      launch_dependent(mla_attention_combine_warps_kernel, cgrid, dim3(kCombineThreads), s, p.combine_early, p);
+      KESTREL_LAUNCHED("mla_attention_combine_kernel<warp per row>");
+    } else {
+      const int parts = mla_attention_combine_parts(Tq * H, sms);
+      const dim3 cgrid(static_cast<unsigned>(Tq * H), static_cast<unsigned>(parts));
+      launch_dependent(parts == 4 ? mla_attention_combine_kernel<4> : mla_attention_combine_kernel<1>, cgrid,
+                       dim3(kCombineThreads), s, p.combine_early, p);
+      KESTREL_LAUNCHED("mla_attention_combine_kernel");
+    }
     scratch_free(ws, s);
   }
 }
