@@ -10,7 +10,7 @@
 // f32 accumulation), P as hi + lo; the fast one runs QK on the e4m3 bytes as they are (18
 // k-steps of 32: half the tensor work, no conversions; the fp8 path truncates its addends to 13
 // bits below the largest one's, docs/ops/mla_attention.md) and rounds P once. Each has its tile
-// layout (km::row_bytes, key_of_position).
+// layout (km::row_offset, key_of_position).
 // With N = the query rows a decode at H = 32 has no padded rows (v2's M = 64 is half padding).
 // The fast precision has a third, wide instantiation (kRows = 64, consumer_wide below): 64 query
 // rows per CTA, both warpgroups on every tile, the value features split between them.
@@ -27,11 +27,14 @@
 //     c, c + 2, ...), each with its own running maxima m, sums l and O^T (512 x 32: 128 f32 per
 //     thread), merged once at the end of a row tile (the split combine's formula inside the
 //     CTA). Nothing passes between them per tile.
-//   warps 8-11, the producers: per tile, one cp.async.bulk per cache row (16 rows a warp; 576
-//     bytes into a row of km::row_bytes: 608 for the exact layout, 592 for the fast one, the
-//     strides that make their loads conflict-free), completing on the stage's `full`; rows past
-//     the end are zeros and rows of a page outside the cache e4m3 NaN (0x7F), written by the
-//     producer before its arrival. (Any page size and page / row strides of whole 16 bytes.)
+//   warps 8-11, the producers: per tile, 16 rows a warp, completing on the stage's `full`. The
+//     exact layout: one cp.async.bulk per cache row into rows 608 bytes apart. The fast one
+//     (km::row_offset8): the warp's 16 rows as one block, rows 576 bytes apart as in the cache,
+//     blocks 9,232 apart; one 9,216-byte copy when the 16 rows lie back to back in the cache
+//     (per-row copies of the same rows streamed ~10% slower on the H200: docs/perf.md), else one
+//     per row into the same places. Rows past the end are zeros and rows of a page outside the
+//     cache e4m3 NaN (0x7F), written by the producer before its arrival. (Any page size and
+//     page / row strides of whole 16 bytes.)
 //
 // Per tile and consumer warpgroup:
 //   QK  exact: 9 groups of 4 k-steps: each thread loads 16 bytes of each of its two key rows
@@ -78,7 +81,7 @@
 //                                              a 32-row tile; wide: two such tiles)
 //   P^T     [2 warpgroups][hi, lo][32][128 B]  16,384 (wide: [2 buffers][64 rows][128 B])
 //   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange; the
-//                                              fast layout uses 592 B of each 608)
+//                                              fast layout uses 4 x 9,232 B of each 38,912)
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
 //   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4]:
 //   215,376 bytes, 216,400 with the alignment slack.
@@ -234,10 +237,11 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 }
 
 // ---- producer warpgroup ----------------------------------------------------------------------------
-// Warp pw (0 .. 3) copies rows 16 pw .. 16 pw + 15 of each tile, one per lane 0 .. 15, and arrives
-// on `full` once (count 4) with the bytes it copies. The copies of a warp issue one lane at a
-// time (the compiler loops over the active lanes): with one warp copying all 64 rows the
-// consumers waited on `full` for 41% of their samples (Nsight, H200, B128 8k H32).
+// Warp pw (0 .. 3) copies rows 16 pw .. 16 pw + 15 of each tile (the fast layout: as one block
+// when they lie back to back in the cache, else one per lane 0 .. 15), and arrives on `full` once
+// (count 4) with the bytes it copies. Per-row copies of a warp issue one lane at a time (the
+// compiler loops over the active lanes): with one warp copying all 64 rows the consumers waited
+// on `full` for 41% of their samples (Nsight, H200, B128 8k H32).
 template <bool kFp8Qk, int kRows>
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
                                          uint8_t* base_ptr, int pw, int lane) {
