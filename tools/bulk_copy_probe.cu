@@ -21,6 +21,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "../src/ops/cuda/sm90_ptx.cuh"  // mbarriers, bulk and tensor copies (the kernels' own wrappers)
+
 #define CK(x)                                                           \
   do {                                                                  \
     cudaError_t e = (x);                                                \
@@ -32,38 +34,10 @@
 
 namespace {
 
+using namespace kestrel::ops::cuda::sm90;
+
 constexpr int kRows = 64, kRowBytes = 576, kStages = 4, kThreads = 160;  // 4 producer warps, 1 consumer
 constexpr uint32_t kTileBytes = kRows * kRowBytes, kStageBytes = 41984;
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  do {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-  } while (!done);
-}
-__device__ __forceinline__ void bulk(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
-__device__ __forceinline__ void box(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
 
 enum Mode : int {
   kPerRow,        // 64 copies of 576 B, rows `arg` bytes apart (592: the layout before; 640 + phase below)
@@ -114,28 +88,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     switch (p.mode) {
       case kPerRow:
       case kPerRowPhase: {
-        if (lane == 0) mbar_expect(bar, 16 * kRowBytes);
+        if (lane == 0) mbar_arrive_expect_tx(bar, 16 * kRowBytes);
         __syncwarp();
         const int row = 16 * warp + lane;
         const uint32_t at = p.mode == kPerRow ? row * p.arg : row * 640 + (row * kRowBytes) % 128;
-        if (lane < 16) bulk(stage + at, tile + row * kRowBytes, kRowBytes, bar);
+        if (lane < 16) bulk_copy_g2s(stage + at, tile + row * kRowBytes, kRowBytes, bar);
         break;
       }
       case kBlocks: {  // p.arg rows a block; 64 / p.arg blocks over the 4 warps
         const int per_warp = 64 / p.arg / 4;
-        if (lane == 0) mbar_expect(bar, 16 * kRowBytes);
+        if (lane == 0) mbar_arrive_expect_tx(bar, 16 * kRowBytes);
         __syncwarp();
         if (lane < per_warp) {
           const int b = per_warp * warp + lane;
-          bulk(stage + b * p.stride, tile + b * p.arg * kRowBytes, p.arg * kRowBytes, bar);
+          bulk_copy_g2s(stage + b * p.stride, tile + b * p.arg * kRowBytes, p.arg * kRowBytes, bar);
         }
         break;
       }
       case kOneWarpRows:
         if (warp == 0) {
-          if (lane == 0) mbar_expect(bar, kTileBytes);
+          if (lane == 0) mbar_arrive_expect_tx(bar, kTileBytes);
           __syncwarp();
-          for (int h = 0; h < 2; ++h) bulk(stage + (32 * h + lane) * 592, tile + (32 * h + lane) * kRowBytes, kRowBytes, bar);
+          for (int h = 0; h < 2; ++h) bulk_copy_g2s(stage + (32 * h + lane) * 592, tile + (32 * h + lane) * kRowBytes, kRowBytes, bar);
         } else if (lane == 0) {
           mbar_arrive(bar);
         }
@@ -145,9 +119,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane == 0) {
           if (warp == 0) {
             const bool rows = p.mode == kTensorRows;
-            mbar_expect(bar, rows ? 5 * 8192 : 9 * 4096);
+            mbar_arrive_expect_tx(bar, rows ? 5 * 8192 : 9 * 4096);
             for (int c = 0; c < (rows ? 5 : 9); ++c)
-              box(stage + c * (rows ? 8192 : 4096), rows ? &rows_map : &pairs_map, 128 * c, 0, p.page[t], bar);
+              tma_load_3d(stage + c * (rows ? 8192 : 4096), rows ? &rows_map : &pairs_map, 128 * c, 0, p.page[t], bar);
           } else {
             mbar_arrive(bar);
           }

@@ -117,6 +117,14 @@ bool launched(const std::vector<std::string>& log, const std::string& part) {
   return false;
 }
 
+// Fresh o and lse filled with NaN (bf16 0x7fc1, f32 NaN): a run must rewrite every element.
+void poison_outputs(Problem& p) {
+  const int64_t Tq = p.q_start.back();
+  p.o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * p.H * kMlaNope), 0x7fc1), {Tq, p.H, kMlaNope}, DType::bf16,
+               Device::cuda);
+  p.lse = upload(std::vector<float>(static_cast<size_t>(Tq * p.H), NAN), {Tq, p.H}, DType::f32, Device::cuda);
+}
+
 class MlaAttentionCuda : public testing::Test {
  protected:
   void SetUp() override {
@@ -307,12 +315,7 @@ TEST_F(MlaAttentionCuda, CombineByWarpsGivesTheSameBits) {
       use_fp8_q(warps, 17);
       use_fp8_q(rows, 17);
     }
-    for (Problem* p : {&warps, &rows}) {
-      const int64_t Tq = p->q_start.back();
-      p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * p->H * kMlaNope), 0x7fc1), {Tq, p->H, kMlaNope},
-                    DType::bf16, Device::cuda);
-      p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * p->H), NAN), {Tq, p->H}, DType::f32, Device::cuda);
-    }
+    for (Problem* p : {&warps, &rows}) poison_outputs(*p);
     const auto warps_log = run(warps, c.kernel, MlaAttentionPrecision::fast);
     const auto rows_log = run(rows, c.kernel, MlaAttentionPrecision::fast, MlaAttentionCombine::per_row);
     EXPECT_TRUE(launched(warps_log, "mla_attention_combine_kernel<warp per row>")) << what;
@@ -354,10 +357,7 @@ TEST_F(MlaAttentionCuda, KeysMBlockCopiesDoNotChangeTheBits) {
     }
     for (Problem* p : {&blocks, &rows, &strided}) {
       use_fp8_q(*p, 13);
-      const int64_t Tq = p->q_start.back();
-      p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * p->H * kMlaNope), 0x7fc1), {Tq, p->H, kMlaNope},
-                    DType::bf16, Device::cuda);
-      p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * p->H), NAN), {Tq, p->H}, DType::f32, Device::cuda);
+      poison_outputs(*p);
       EXPECT_TRUE(launched(run(*p, kernel, MlaAttentionPrecision::fast), "keys_m")) << what;
     }
     const std::vector<uint16_t> o = testing_util::download<uint16_t>(blocks.o);
@@ -377,12 +377,7 @@ TEST_F(MlaAttentionCuda, KeysMBlockCopiesDoNotChangeTheBits) {
 // ahead) give the same o and lse bits, and every o is rewritten and finite.
 void expect_lookahead_bits(Problem& tma, Problem& relayout, MlaAttentionPrecision pr, const std::string& tma_name,
                            bool tma_expected, const std::string& what) {
-  const int64_t Tq = tma.q_start.back(), H = tma.H;
-  for (Problem* p : {&tma, &relayout}) {
-    p->o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * H * kMlaNope), 0x7fc1), {Tq, H, kMlaNope}, DType::bf16,
-                  Device::cuda);
-    p->lse = upload(std::vector<float>(static_cast<size_t>(Tq * H), NAN), {Tq, H}, DType::f32, Device::cuda);
-  }
+  for (Problem* p : {&tma, &relayout}) poison_outputs(*p);
   const auto tma_log = run(tma, MlaAttentionKernel::automatic, pr);
   const auto relayout_log = run(relayout, MlaAttentionKernel::automatic, pr);
   EXPECT_TRUE(launched(tma_log, ", tma")) << what;

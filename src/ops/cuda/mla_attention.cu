@@ -411,6 +411,18 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
 // (the max pass, two barriers) repeats 4 times. Before either, one thread per 4 columns walking
 // every split in turn took ~0.2 us a split.)
 constexpr int kCombineThreads = 128, kCombineWarps = kCombineThreads / 32;
+// Columns d .. d + 3 of an output row as bf16: one 8-byte store when o_vec, else four.
+__device__ __forceinline__ void store_o4(const MlaAttentionParams& p, uint16_t* orow, int d, const float (&o)[4]) {
+  const uint32_t lo = pack_bf16x2(o[0], o[1]), hi = pack_bf16x2(o[2], o[3]);
+  if (p.o_vec) {
+    *reinterpret_cast<uint2*>(orow + d) = make_uint2(lo, hi);
+  } else {
+    orow[d * p.o_s2] = static_cast<uint16_t>(lo & 0xffffu);
+    orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(lo >> 16);
+    orow[(d + 2) * p.o_s2] = static_cast<uint16_t>(hi & 0xffffu);
+    orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
+  }
+}
 template <int kParts>
 __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(const __grid_constant__ MlaAttentionParams p) {
   constexpr int kCols = kDv / kParts;     // columns of the CTA
@@ -522,17 +534,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
     lse = (mx + log2f(total)) * kLn2;
   }
   if (tid >= kCols / 4) return;
-  const int d = c0 + 4 * tid;  // this thread's output columns
-  uint16_t* orow = p.o + t * p.o_s0 + h * p.o_s1;
-  const uint32_t lo = pack_bf16x2(o[0], o[1]), hi = pack_bf16x2(o[2], o[3]);
-  if (p.o_vec) {
-    *reinterpret_cast<uint2*>(orow + d) = make_uint2(lo, hi);
-  } else {
-    orow[d * p.o_s2] = static_cast<uint16_t>(lo & 0xffffu);
-    orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(lo >> 16);
-    orow[(d + 2) * p.o_s2] = static_cast<uint16_t>(hi & 0xffffu);
-    orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
-  }
+  store_o4(p, p.o + t * p.o_s0 + h * p.o_s1, c0 + 4 * tid, o);  // this thread's output columns
   if (p.lse && tid == 0 && blockIdx.y == 0) p.lse[t * p.lse_s0 + h * p.lse_s1] = lse;
 }
 
@@ -594,18 +596,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_warps_k
   }
   uint16_t* orow = p.o + t * p.o_s0 + h * p.o_s1;
 #pragma unroll
-  for (int k = 0; k < kDv / 128; ++k) {
-    const int d = 4 * lane + 128 * k;
-    const uint32_t lo = pack_bf16x2(o[k][0], o[k][1]), hi = pack_bf16x2(o[k][2], o[k][3]);
-    if (p.o_vec) {
-      *reinterpret_cast<uint2*>(orow + d) = make_uint2(lo, hi);
-    } else {
-      orow[d * p.o_s2] = static_cast<uint16_t>(lo & 0xffffu);
-      orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(lo >> 16);
-      orow[(d + 2) * p.o_s2] = static_cast<uint16_t>(hi & 0xffffu);
-      orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
-    }
-  }
+  for (int k = 0; k < kDv / 128; ++k) store_o4(p, orow, 4 * lane + 128 * k, o[k]);
   if (p.lse && lane == 0) p.lse[t * p.lse_s0 + h * p.lse_s1] = lse;
 }
 
