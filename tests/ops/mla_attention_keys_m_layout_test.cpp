@@ -439,8 +439,8 @@ TEST(MlaAttentionKeysMLayout, PvStepOffsetIsTheSameForEveryThread) {
                 << "e4m3 " << e4m3 << " t " << t << " ks " << ks << " j " << j << " lohi " << lohi;
 }
 
-// The products and P^T with the keys in natural order (the fast layout's PV and mask): the same
-// emulation, every key-order function natural.
+// The products and P^T in the fast layout's key order, PV units and features (its PV and mask):
+// the same emulation with those functions; the exact layout's feature order must then fail.
 TEST(MlaAttentionKeysMLayout, ProductsMatchInTheFastLayoutsKeyOrder) {
   KernelSide ks;
   ks.key_of_position = [](int p) { return km::key_of_position(p, true); };
@@ -577,7 +577,7 @@ int worst_wide_pv_banks(const std::function<int(int, int)>& load_offset) {
 
 TEST(MlaAttentionKeysMLayout, WidePvLoadsAreFreeOfBankConflicts) {
   EXPECT_EQ(worst_wide_pv_banks(km::pv_wide_load_offset), 1);
-  // The 592-byte layout's unit order (8 w + g) on the blocks: 2-way.
+  // The unit order 8 w + g (the wide PV's before the blocks) on the blocks: 2-way.
   EXPECT_EQ(worst_wide_pv_banks([](int c, int t) { return 256 * c + 8 * (8 * (t / 32) + (t % 32) / 4); }), 2);
 }
 
