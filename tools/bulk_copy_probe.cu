@@ -9,8 +9,10 @@
 // What it showed on the H200 (docs/perf.md, twenty-first session): per-row copies (64 a tile)
 // stream ~9% slower than a few large ones, and a copy whose destination's address mod 128 differs
 // from its source's by 32 or 64 bytes is slower than per-row copies; 16 bytes off costs about half
-// of the large copies' gain. The kernel's fast layout (src/ops/cuda/mla_attention_keys_m_layout.h)
-// is the 16-byte-off case.
+// of the large copies' gain. The rate depends on the offset, not just on whether there is one
+// (twenty-second session, every block at one offset): 0 and 32 bytes off ~107-109% of copy, 16
+// ~97%, 112 ~90%, 48 / 64 / 80 / 96 81-87%. The kernel's fast layout
+// (src/ops/cuda/mla_attention_keys_m_layout.h) puts its blocks at 0 / 16 / 32 / 112 (~106%).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -43,6 +45,7 @@ enum Mode : int {
   kPerRow,        // 64 copies of 576 B, rows `arg` bytes apart (592: the layout before; 640 + phase below)
   kPerRowPhase,   // 64 copies, row r at 640 r + (576 r) % 128: the source's address mod 128
   kBlocks,        // copies of `arg` rows (8 or 16) as they lie in the page, blocks `stride` apart
+  kBlockTable,    // four 16-row blocks, block b at 9,216 b + 16 x nibble b of `stride` (its own phase)
   kOneWarpRows,   // 64 per-row copies issued by one warp (the issue rate)
   kTensorRows,    // 5 tensor boxes of 64 rows x 128 B (128-byte swizzle)
   kTensorPairs,   // 9 tensor boxes of 32 row pairs x 128 B (row pairs 1,152 B: 128-aligned)
@@ -102,6 +105,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (lane < per_warp) {
           const int b = per_warp * warp + lane;
           bulk_copy_g2s(stage + b * p.stride, tile + b * p.arg * kRowBytes, p.arg * kRowBytes, bar);
+        }
+        break;
+      }
+      case kBlockTable: {  // warp w copies block w
+        if (lane == 0) {
+          mbar_arrive_expect_tx(bar, 16 * kRowBytes);
+          const uint32_t off = 9216u * warp + 16u * ((static_cast<uint32_t>(p.stride) >> (4 * warp)) & 15u);
+          bulk_copy_g2s(stage + off, tile + warp * 16 * kRowBytes, 16 * kRowBytes, bar);
         }
         break;
       }
@@ -204,6 +215,19 @@ int main() {
       {"16-row blocks 9,280 B apart (64 off)", kBlocks, 16, 9280},
       {"8-row blocks 4,608 B apart (dense)", kBlocks, 8, 4608},
       {"8-row blocks 4,624 B apart (16 off)", kBlocks, 8, 4624},
+      // Per-block offsets in 16-byte units (nibble b: block b), each block its own phase.
+      {"blocks at +0 / 16 / 32 / 48 B (= 9,232 apart)", kBlockTable, 16, 0x3210},
+      {"blocks at +0 / 16 / 48 / 80 B (no 32 / 64 / 96)", kBlockTable, 16, 0x5310},
+      {"blocks at +0 / 16 / 48 / 112 B", kBlockTable, 16, 0x7310},
+      {"blocks at +0 / 16 / 32 / 112 B", kBlockTable, 16, 0x7210},
+      {"blocks all at +16 B", kBlockTable, 16, 0x1111},
+      {"blocks all at +32 B", kBlockTable, 16, 0x2222},
+      {"blocks all at +48 B", kBlockTable, 16, 0x3333},
+      {"blocks all at +64 B", kBlockTable, 16, 0x4444},
+      {"blocks all at +80 B", kBlockTable, 16, 0x5555},
+      {"blocks all at +96 B", kBlockTable, 16, 0x6666},
+      {"blocks all at +112 B", kBlockTable, 16, 0x7777},
+      {"blocks all at +0 B (dense)", kBlockTable, 16, 0x0000},
       {"tensor boxes, 64 rows x 128 B", kTensorRows, 0, 0},
       {"tensor boxes, 32 row pairs x 128 B", kTensorPairs, 0, 0},
   };

@@ -403,7 +403,22 @@ TEST(MlaAttentionKeysMLayout, FastLayoutLoadsAreFreeOfBankConflicts) {
   const std::function<int(int)> layout = [](int key) { return km::row_offset8(key); };
   EXPECT_EQ(worst_ldm_wavefronts(layout, fast), 1);
   EXPECT_EQ(worst_wavefronts(layout, fast, false, fast_pv), 1);  // PV
-  for (int key = 0; key < km::kKeys; ++key) EXPECT_EQ(layout(key), blocks_apart(km::kBlockBytes8)(key));
+  // Each block is one copy: its 16 rows back to back (576 bytes apart) from a 16-byte-aligned
+  // start, inside the stage, the blocks apart.
+  for (int b = 0; b < km::kKeys / km::kBlockRows8; ++b) {
+    const int start = layout(km::kBlockRows8 * b);
+    EXPECT_EQ(start % 16, 0) << "block " << b;
+    for (int i = 0; i < km::kBlockRows8; ++i) EXPECT_EQ(layout(km::kBlockRows8 * b + i), start + km::kDqk * i);
+    if (b > 0) {
+      EXPECT_GE(start, layout(km::kBlockRows8 * b - 1) + km::kDqk) << "block " << b << " overlaps the one before";
+    }
+  }
+  // The twenty-first session's blocks (9,232 bytes apart: phases 0 / 16 / 32 / 48) were
+  // conflict-free too; 0 / 32 / 0 / 32 (the two fastest phases only) is not.
+  EXPECT_EQ(worst_ldm_wavefronts(blocks_apart(9232), fast), 1);
+  EXPECT_EQ(worst_wavefronts(blocks_apart(9232), fast, false, fast_pv), 1);
+  const auto phases_0_32 = [](int key) { return km::row_offset8(key) - km::block_phase8(key / 16) + 32 * ((key / 16) % 2); };
+  EXPECT_EQ(worst_ldm_wavefronts(phases_0_32, fast), 2);
   // What each choice buys: the blocks as the copies would land them fastest (9,216 bytes apart,
   // the source's address mod 128) put every row in 2 bank groups; the natural key order puts an
   // ldmatrix's 8 rows in 4 groups; the exact layout's unit order leaves PV 2-way.

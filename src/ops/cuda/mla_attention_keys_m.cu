@@ -30,7 +30,7 @@
 //   warps 8-11, the producers: per tile, 16 rows a warp, completing on the stage's `full`. The
 //     exact layout: one cp.async.bulk per cache row into rows 608 bytes apart. The fast one
 //     (km::row_offset8): the warp's 16 rows as one block, rows 576 bytes apart as in the cache,
-//     blocks 9,232 apart; one 9,216-byte copy when the 16 rows lie back to back in the cache
+//     block b at 9,216 b + 0 / 16 / 32 / 112 bytes (its phase); one 9,216-byte copy when the 16 rows lie back to back in the cache
 //     (per-row copies of the same rows streamed ~10% slower on the H200: docs/perf.md), else one
 //     per row into the same places. Rows past the end are zeros and rows of a page outside the
 //     cache e4m3 NaN (0x7F), written by the producer before its arrival. (Any page size and
@@ -81,7 +81,7 @@
 //                                              a 32-row tile; wide: two such tiles)
 //   P^T     [2 warpgroups][hi, lo][32][128 B]  16,384 (wide: [2 buffers][64 rows][128 B])
 //   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange; the
-//                                              fast layout uses 4 x 9,232 B of each 38,912)
+//                                              fast layout uses 36,976 B of each 38,912)
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
 //   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4]:
 //   215,376 bytes, 216,400 with the alignment slack.

@@ -67,15 +67,26 @@ KESTREL_KEYS_M_HD int key_of_position(int p, bool e4m3_qk = false) {
 }
 // The fast precision's tile: 4 blocks of 16 key rows, each block as it lies in the cache (rows
 // 576 bytes apart: one bulk copy of 9,216 bytes per block, where per-row copies took the stream
-// ~10% longer on the H200), the blocks 9,232 bytes apart (577 groups, odd). A block copy keeps
-// the address mod 128 of its source up to 16 bytes: at 32 or 64 bytes off the H200 streamed
-// slower than with per-row copies, at 0 (blocks 9,216 or 9,344 apart: rows fall in 2 groups only,
-// 4-way conflicts) fastest. With 16 off, key k = 16 b + i lies in group (b + 4 (i % 2) + u) % 8
-// for its 16-byte unit u: the 8 keys of 8 positions (4 blocks x 2 parities) in 8 distinct groups
-// (each ldmatrix matrix is one wavefront), and PV's quartets (4 blocks, one parity) in 4 groups
-// that a unit pair 4 groups apart fills to 8 (pv_load_offset).
-constexpr int kBlockRows8 = 16, kBlockBytes8 = 9232;
-KESTREL_KEYS_M_HD constexpr int row_offset8(int key) { return (key / kBlockRows8) * kBlockBytes8 + (key % kBlockRows8) * kDqk; }
+// ~10% longer on the H200). Block b starts at 9,216 b plus its phase, 0, 16, 32 or 112 bytes: a
+// block copy streams fastest when its destination keeps its source's address mod 128 (the
+// source blocks start at 0 mod 128), and the H200's rate depends on the difference: 0 or 32
+// bytes off ~107-109% of a device copy, 16 ~97%, 112 ~90%, 48 / 64 / 80 / 96 81-87%
+// (tools/bulk_copy_probe.cu, all four blocks at one phase; docs/perf.md, twenty-second session).
+// Every block at 0 would put all rows in 2 of the 8 16-byte bank groups (4-way conflicts): with
+// phases of 4 distinct residues mod 64, key k = 16 b + i lies in group (phase_b / 16 + 4 (i % 2)
+// + u) % 8 for its 16-byte unit u, so the 8 keys of 8 positions (4 blocks x 2 parities) fall in
+// 8 distinct groups (each ldmatrix matrix is one wavefront), and PV's quartets (4 blocks, one
+// parity) in 4 groups that a unit pair 4 groups apart fills to 8 (pv_load_offset). 0 / 16 / 32 /
+// 112 are the fastest such phases (residues 0, 1, 2, 3: 0 or 64, 16 or 80, 32 or 96, 48 or 112);
+// blocks 9,232 bytes apart (0 / 16 / 32 / 48, the twenty-first session's layout) streamed ~2%
+// slower in the kernel.
+constexpr int kBlockRows8 = 16, kBlockBytes8 = 9216;
+// Block b's phase in 16-byte units, nibble b: 0, 1, 2, 7.
+constexpr uint32_t kBlockPhases8 = 0x7210u;
+KESTREL_KEYS_M_HD constexpr int block_phase8(int b) { return 16 * static_cast<int>((kBlockPhases8 >> (4 * b)) & 0xfu); }
+KESTREL_KEYS_M_HD constexpr int row_offset8(int key) {
+  return (key / kBlockRows8) * kBlockBytes8 + block_phase8(key / kBlockRows8) + (key % kBlockRows8) * kDqk;
+}
 // Key row k's byte offset in the tile of either precision.
 KESTREL_KEYS_M_HD constexpr int row_offset(int key, bool e4m3_qk) { return e4m3_qk ? row_offset8(key) : key * kRowBytes; }
 
