@@ -30,10 +30,13 @@
 //   warps 8-11, the producers: per tile, 16 rows a warp, completing on the stage's `full`. The
 //     exact layout: one cp.async.bulk per cache row into rows 608 bytes apart. The fast one
 //     (km::row_offset8): the warp's 16 rows as one block, rows 576 bytes apart as in the cache,
-//     block b at 9,216 b + 0 / 16 / 32 / 112 bytes (its phase); one 9,216-byte copy when the 16 rows lie back to back in the cache
-//     (per-row copies of the same rows streamed ~10% slower on the H200: docs/perf.md), else one
-//     per row into the same places. Rows past the end are zeros and rows of a page outside the
-//     cache e4m3 NaN (0x7F), written by the producer before its arrival. (Any page size and
+//     block b at 9,216 b + 0 / 16 / 32 / 112 bytes (its phase); one 9,216-byte copy when the 16
+//     rows lie back to back in the cache (per-row copies of the same rows streamed ~10% slower on
+//     the H200: docs/perf.md), else one per row into the same places. The copies carry an L2
+//     evict-first policy: the cache is read once, and the splits' f32 partials (and o) then stay
+//     in L2 for the combine (H200: 1.04x at B32 8k, 1.013x at B32 32k, 1.008-1.014x on the wide
+//     rows, 1.0x at B128; docs/perf.md). Rows past the end are zeros and rows of a page outside
+//     the cache e4m3 NaN (0x7F), written by the producer before its arrival. (Any page size and
 //     page / row strides of whole 16 bytes.)
 //
 // Per tile and consumer warpgroup:
@@ -285,9 +288,9 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       __syncwarp();  // the expected bytes are announced before any copy can complete
       const uint32_t dst = base + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk);
       if (block) {
-        if (lane == 0) bulk_copy_g2s(dst, src, km::kBlockRows8 * kDqk, full);
+        if (lane == 0) sm90::bulk_copy_g2s_hint(dst, src, km::kBlockRows8 * kDqk, full, sm90::l2_evict_first_policy());
       } else if (copy) {
-        bulk_copy_g2s(dst, src, kDqk, full);
+        sm90::bulk_copy_g2s_hint(dst, src, kDqk, full, sm90::l2_evict_first_policy());
       }
     }
   }
