@@ -13,6 +13,9 @@
 // (twenty-second session, every block at one offset): 0 and 32 bytes off ~107-109% of copy, 16
 // ~97%, 112 ~90%, 48 / 64 / 80 / 96 81-87%. The kernel's fast layout
 // (src/ops/cuda/mla_attention_keys_m_layout.h) puts its blocks at 0 / 16 / 32 / 112 (~106%).
+// The bf16 cases read the same bytes as 32 rows of 1,152 bytes a tile (a bf16 cache's 32 keys):
+// per-row copies, and 8-row blocks at phases a conflict-free ldmatrix over two such stages would
+// need (8 distinct phases mod 128: every 1,152-byte row lies at one address mod 128).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -45,7 +48,10 @@ enum Mode : int {
   kPerRow,        // 64 copies of 576 B, rows `arg` bytes apart (592: the layout before; 640 + phase below)
   kPerRowPhase,   // 64 copies, row r at 640 r + (576 r) % 128: the source's address mod 128
   kBlocks,        // copies of `arg` rows (8 or 16) as they lie in the page, blocks `stride` apart
-  kBlockTable,    // four 16-row blocks, block b at 9,216 b + 16 x nibble b of `stride` (its own phase)
+  kBlockTable,    // four 16-row blocks, block b at 9,216 b + 16 x nibble b of `stride` (its own phase);
+                  // with `arg` = 1 the odd tiles take nibble 4 + b (a bf16 64-key tile of two such
+                  // stages: 8 blocks of 8 rows of 1,152 bytes at 8 phases)
+  kPerRowBf16,    // the tile as 32 bf16 rows of 1,152 bytes: 32 copies, rows `arg` bytes apart
   kOneWarpRows,   // 64 per-row copies issued by one warp (the issue rate)
   kTensorRows,    // 5 tensor boxes of 64 rows x 128 B (128-byte swizzle)
   kTensorPairs,   // 9 tensor boxes of 32 row pairs x 128 B (row pairs 1,152 B: 128-aligned)
@@ -111,9 +117,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       case kBlockTable: {  // warp w copies block w
         if (lane == 0) {
           mbar_arrive_expect_tx(bar, 16 * kRowBytes);
-          const uint32_t off = 9216u * warp + 16u * ((static_cast<uint32_t>(p.stride) >> (4 * warp)) & 15u);
+          const int nibble = warp + (p.arg == 1 && i % 2 == 1 ? 4 : 0);
+          const uint32_t off = 9216u * warp + 16u * ((static_cast<uint32_t>(p.stride) >> (4 * nibble)) & 15u);
           bulk_copy_g2s(stage + off, tile + warp * 16 * kRowBytes, 16 * kRowBytes, bar);
         }
+        break;
+      }
+      case kPerRowBf16: {  // 8 rows of 1,152 bytes a warp
+        if (lane == 0) mbar_arrive_expect_tx(bar, 8 * 2 * kRowBytes);
+        __syncwarp();
+        const int row = 8 * warp + lane;
+        if (lane < 8) bulk_copy_g2s(stage + row * p.arg, tile + row * 2 * kRowBytes, 2 * kRowBytes, bar);
         break;
       }
       case kOneWarpRows:
@@ -228,6 +242,11 @@ int main() {
       {"blocks all at +96 B", kBlockTable, 16, 0x6666},
       {"blocks all at +112 B", kBlockTable, 16, 0x7777},
       {"blocks all at +0 B (dense)", kBlockTable, 16, 0x0000},
+      // A bf16 tile read as the same bytes: 32 rows of 1,152 B (rows all at one address mod 128).
+      {"bf16: 8-row blocks at 0/16/32/112, odd tiles 48/64/80/96", kBlockTable, 1, 0x65437210},
+      {"bf16: 8-row blocks at 0/16/32/112, odd tiles 0/16/32/112", kBlockTable, 1, 0x72107210},
+      {"bf16: per-row copies, rows 1,168 B apart", kPerRowBf16, 1168, 0},
+      {"bf16: per-row copies, rows 1,152 B apart (dense)", kPerRowBf16, 1152, 0},
       {"tensor boxes, 64 rows x 128 B", kTensorRows, 0, 0},
       {"tensor boxes, 32 row pairs x 128 B", kTensorPairs, 0, 0},
   };
