@@ -209,6 +209,13 @@ TEST_F(MlaAttentionCuda, TmaModeForBf16CachesPagedBy32) {
   EXPECT_FALSE(launched(fp8, "tma"));
 }
 
+// n sequence lengths taking `some` in turn.
+std::vector<int32_t> cycled(const std::vector<int32_t>& some, size_t n) {
+  std::vector<int32_t> lens;
+  for (size_t i = 0; i < n; ++i) lens.push_back(some[i % some.size()]);
+  return lens;
+}
+
 // The same logical KV rows (row (b, pos) from a generator that knows nothing of pages) in a
 // cache paged by `page_size`, with `capacity` positions per block-table row: the split count
 // depends on the capacity only, so two page sizes with the same capacity give the same plan.
@@ -301,8 +308,7 @@ TEST_F(MlaAttentionCuda, KeysMPageSizeDoesNotChangeTheBits) {
 // hold no keys (lse -inf) and one sequence attends nothing; outputs poisoned first.
 TEST_F(MlaAttentionCuda, CombineByWarpsGivesTheSameBits) {
   const std::vector<int32_t> some = {2000, 37, 1500, 1, 1024, 700, 0, 1999, 1300, 640};
-  std::vector<int32_t> lens;
-  for (size_t i = 0; i < 40; ++i) lens.push_back(some[i % some.size()]);
+  const std::vector<int32_t> lens = cycled(some, 40);
   struct Case {
     DType dt;
     MlaAttentionKernel kernel;
@@ -401,8 +407,7 @@ void expect_lookahead_bits(Problem& tma, Problem& relayout, MlaAttentionPrecisio
 // rounded once at H = 64 look ahead; P rounded once at H = 4 (32 rows or fewer) does not.
 TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBits) {
   const std::vector<int32_t> some = {1100, 37, 1500, 1, 1024, 700, 2000, 1057, 1023, 1987};
-  std::vector<int32_t> lens;
-  for (size_t i = 0; i < 136; ++i) lens.push_back(some[i % some.size()]);
+  const std::vector<int32_t> lens = cycled(some, 136);
   struct Case {
     MlaAttentionPrecision pr;
     int64_t H;
@@ -424,11 +429,9 @@ TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBits) {
 TEST_F(MlaAttentionCuda, LookaheadDoesNotChangeTheBitsOverSeveralRowTiles) {
   constexpr int64_t H = 64;
   const std::vector<int32_t> some = {1100, 37, 1500, 1, 1024, 700, 2000, 1057, 1023, 1987};
-  std::vector<int32_t> lens, q_lens;
-  for (size_t i = 0; i < 136; ++i) {
-    lens.push_back(some[i % some.size()]);
-    q_lens.push_back(i == 9 ? 7 : static_cast<int32_t>(1 + i % 2));
-  }
+  const std::vector<int32_t> lens = cycled(some, 136);
+  std::vector<int32_t> q_lens;
+  for (size_t i = 0; i < 136; ++i) q_lens.push_back(i == 9 ? 7 : static_cast<int32_t>(1 + i % 2));
   std::vector<int32_t> q_start = {0};
   for (int32_t n : q_lens) q_start.push_back(q_start.back() + n);
   const int64_t Tq = q_start.back();

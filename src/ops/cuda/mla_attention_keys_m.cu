@@ -135,11 +135,12 @@ namespace {
 
 namespace km = keys_m;
 using mma16::ldsm_x4;
-using sm90::bulk_copy_g2s;
+using sm90::bulk_copy_g2s_hint;
 using sm90::desc_of;
 using sm90::fence_operands;
 using sm90::fence_proxy_async;
 using sm90::k_step_lo;
+using sm90::l2_evict_first_policy;
 using sm90::mbar_arrive;
 using sm90::mbar_arrive_expect_tx;
 using sm90::mbar_init;
@@ -288,9 +289,9 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       __syncwarp();  // the expected bytes are announced before any copy can complete
       const uint32_t dst = base + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk);
       if (block) {
-        if (lane == 0) sm90::bulk_copy_g2s_hint(dst, src, km::kBlockRows8 * kDqk, full, sm90::l2_evict_first_policy());
+        if (lane == 0) bulk_copy_g2s_hint(dst, src, km::kBlockRows8 * kDqk, full, l2_evict_first_policy());
       } else if (copy) {
-        sm90::bulk_copy_g2s_hint(dst, src, kDqk, full, sm90::l2_evict_first_policy());
+        bulk_copy_g2s_hint(dst, src, kDqk, full, l2_evict_first_policy());
       }
     }
   }
