@@ -39,6 +39,7 @@ void add_mla_attention_benches(Registry& r) {
     c.name = str(kernel == ops::MlaAttentionKernel::mma_sync       ? "mla_attention_v1/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "mla_attention_kmw/"
+                 : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "mla_attention_kmb/"
                  : kernel == ops::MlaAttentionKernel::wgmma        ? "mla_attention_v2/"
                                                                    : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
@@ -127,6 +128,13 @@ void add_mla_attention_benches(Registry& r) {
         if (B == 128 && ((H == 128 && q_len == 1) || (H == 32 && q_len == 4))) continue;  // above
         add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, 8192, kernel, fast);
       }
+  // The bf16-cache keys-as-M kernel on the FlashMLA shapes of the fast rows above (automatic is v2
+  // there unless the rule picks it), and B 1 / 8 / 32 over the contexts.
+  constexpr auto keys_m_bf16 = ops::MlaAttentionKernel::wgmma_keys_m_bf16;
+  for (const int64_t B : {1, 8, 32, 128})
+    for (const int64_t ctx : {1024, 8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, B, ctx, keys_m_bf16, fast);
+  for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, keys_m_bf16, fast);
+  for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, keys_m_bf16, fast);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

@@ -171,6 +171,26 @@ TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
   EXPECT_NE(bf16_cache.reason.find("got a bf16 cache"), std::string::npos) << bf16_cache.reason;
 }
 
+// The bf16-cache keys-as-M kernel runs when forced with a bf16 cache and the fast precision, with
+// either q, and is refused with the reason for an fp8 cache and for the exact precision.
+TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
+  Problem p = make(64, DType::bf16, {100, 37, 700}, 31, 32);
+  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma_keys_m_bf16, MlaAttentionPrecision::fast),
+                       "mla_attention_keys_m_bf16_kernel<bf16 cache, bf16 q, fast P>"));
+  Problem q8 = make(64, DType::bf16, {100, 37, 700}, 32, 32);
+  use_fp8_q(q8, 33);
+  EXPECT_TRUE(launched(run(q8, MlaAttentionKernel::wgmma_keys_m_bf16, MlaAttentionPrecision::fast),
+                       "mla_attention_keys_m_bf16_kernel<bf16 cache, fp8 q, fast P>"));
+  const Support exact = mla_attention_supports(Backend::cuda, args(p, MlaAttentionKernel::wgmma_keys_m_bf16));
+  EXPECT_FALSE(exact.ok);
+  EXPECT_NE(exact.reason.find("runs precision fast only"), std::string::npos) << exact.reason;
+  MlaAttentionArgs fp8_cache = args(make(64, DType::fp8_e4m3, {10}, 34), MlaAttentionKernel::wgmma_keys_m_bf16);
+  fp8_cache.precision = MlaAttentionPrecision::fast;
+  const Support fp8 = mla_attention_supports(Backend::cuda, fp8_cache);
+  EXPECT_FALSE(fp8.ok);
+  EXPECT_NE(fp8.reason.find("takes a bf16 cache, got fp8_e4m3"), std::string::npos) << fp8.reason;
+}
+
 // Its wide form (64 query rows per CTA) runs when forced with the fast precision, is refused with
 // the reason for the exact one, and is the automatic choice for an fp8 fast call with 64+ rows
 // per sequence and work enough (here H 128: two 64-row tiles per sequence, 4 x 2 x 8192 tile-keys);
@@ -540,13 +560,16 @@ TEST_F(MlaAttentionCuda, FastPrecisionRoundsPOnceOnTheWgmmaKernelOnly) {
 TEST_F(MlaAttentionCuda, PageOutsideTheCacheMakesOnlyItsQueriesNan) {
   for (DType dt : {DType::bf16, DType::fp8_e4m3})
     for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma, MlaAttentionKernel::mma_sync, MlaAttentionKernel::wgmma_keys_m,
-                                 MlaAttentionKernel::wgmma_keys_m_wide})
+                                 MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionKernel::wgmma_keys_m_bf16})
       for (int64_t ps : {32, 64}) {
         const bool keys_m = k == MlaAttentionKernel::wgmma_keys_m || k == MlaAttentionKernel::wgmma_keys_m_wide;
         if (keys_m && dt != DType::fp8_e4m3) continue;  // (fp8 only)
-        // (the wide kernel runs the fast precision only)
+        if (k == MlaAttentionKernel::wgmma_keys_m_bf16 && dt != DType::bf16) continue;  // (bf16 only)
+        // (the wide and the bf16 keys-as-M kernels run the fast precision only)
         const MlaAttentionPrecision pr =
-            k == MlaAttentionKernel::wgmma_keys_m_wide ? MlaAttentionPrecision::fast : MlaAttentionPrecision::exact;
+            k == MlaAttentionKernel::wgmma_keys_m_wide || k == MlaAttentionKernel::wgmma_keys_m_bf16
+                ? MlaAttentionPrecision::fast
+                : MlaAttentionPrecision::exact;
         Problem p = make(ps, dt, {150, 130, 90}, 5);
         if (keys_m) use_fp8_q(p, 12);
         run(p, k, pr);

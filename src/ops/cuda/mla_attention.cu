@@ -640,7 +640,8 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
   if (a.q.size(0) * a.q.size(1) > INT32_MAX)
     return Support::no(str("Tq * H = ", a.q.size(0) * a.q.size(1), " exceeds int32"));
   const bool keys_m = a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m || a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_wide;
-  if (a.cuda_kernel == MlaAttentionKernel::wgmma || keys_m) {
+  const bool keys_m_bf16 = a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_bf16;
+  if (a.cuda_kernel == MlaAttentionKernel::wgmma || keys_m || keys_m_bf16) {
     const auto [major, minor] = compute_capability();
     if (!(major == 9 && minor == 0))
       return Support::no(str("cuda_kernel: the wgmma kernels need sm_90a (compute capability 9.0: wgmma, setmaxnreg, "
@@ -652,6 +653,11 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
   if (a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_wide && a.precision != MlaAttentionPrecision::fast)
     return Support::no("cuda_kernel: the wide keys-as-M kernel (64 query rows per CTA) runs precision fast only (P "
                        "rounded once, QK on the e4m3 operands), got precision exact");
+  if (keys_m_bf16 && a.cache.dtype != DType::bf16)
+    return Support::no(str("cuda_kernel: the bf16 keys-as-M kernel takes a bf16 cache, got ", dtype_name(a.cache.dtype)));
+  if (keys_m_bf16 && a.precision != MlaAttentionPrecision::fast)
+    return Support::no("cuda_kernel: the bf16 keys-as-M kernel runs precision fast only (P rounded once to bf16), got "
+                       "precision exact");
   return Support::yes();
 }
 
@@ -689,7 +695,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   p.out_scale = a.kv_scale;
 
   // Plan from host-known sizes only (capture-stable): ceil(Tq / B) queries per sequence, in row
-  // tiles of 64 (v1, v2, the wide keys-as-M kernel) or 32 (the keys-as-M kernel).
+  // tiles of 64 (v1, v2, the wide keys-as-M kernel) or 32 (the keys-as-M kernels).
   const auto [cc_major, cc_minor] = compute_capability();
   const int64_t q_plan = (Tq + B - 1) / B;
   const MlaAttentionKernel kernel =
@@ -697,7 +703,8 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
                                 q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size,
                                 a.precision == MlaAttentionPrecision::fast);
   const bool keys_m = kernel == MlaAttentionKernel::wgmma_keys_m || kernel == MlaAttentionKernel::wgmma_keys_m_wide;
-  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m ? kMlaAttentionKeysMTileRows
+  const bool keys_m_bf16 = kernel == MlaAttentionKernel::wgmma_keys_m_bf16;
+  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m || keys_m_bf16 ? kMlaAttentionKeysMTileRows
                             : kernel == MlaAttentionKernel::wgmma_keys_m_wide ? kMlaAttentionKeysMWideTileRows
                                                                                 : kRows;
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
@@ -716,7 +723,10 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
-  if (keys_m) {
+  if (keys_m_bf16) {
+    p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
+    launch_mla_attention_keys_m_bf16(p, grid, q_fp8, s);
+  } else if (keys_m) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     launch_mla_attention_keys_m(p, grid, a.precision == MlaAttentionPrecision::exact,
                                 kernel == MlaAttentionKernel::wgmma_keys_m_wide, s);

@@ -146,6 +146,16 @@ __device__ __forceinline__ void wgmma_m64n32k16_rs(float (&d)[16], const uint32_
     KESTREL_WGMMA_M64N32_RS("m64n32k16.f32.bf16.bf16", "1, 1, 0");
   }
 }
+// S[64 x 16] (+)= A B in bf16, A from registers, B K-major in shared memory (8 f32 accumulators
+// per thread): the bf16-cache keys-as-M kernel's QK (keys from registers, 16 query rows a
+// warpgroup). scale_d == 0 overwrites d.
+__device__ __forceinline__ void wgmma_m64n16k16_bf16_rs(float (&d)[8], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+}
 // A [64 x 32] in e4m3 (4 x 4 bytes per thread: the k16 fragment in bytes), B e4m3 (8-bit
 // operands have no transpose): the keys-as-M kernel's QK at the fast precision. The path keeps
 // each addend only down to 2^-13 of the largest one's leading bit
