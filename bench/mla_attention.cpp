@@ -128,13 +128,14 @@ void add_mla_attention_benches(Registry& r) {
         if (B == 128 && ((H == 128 && q_len == 1) || (H == 32 && q_len == 4))) continue;  // above
         add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, 8192, kernel, fast);
       }
-  // The bf16-cache keys-as-M kernel on the FlashMLA shapes of the fast rows above (automatic is v2
-  // there unless the rule picks it), and B 1 / 8 / 32 over the contexts.
-  constexpr auto keys_m_bf16 = ops::MlaAttentionKernel::wgmma_keys_m_bf16;
-  for (const int64_t B : {1, 8, 32, 128})
-    for (const int64_t ctx : {1024, 8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, B, ctx, keys_m_bf16, fast);
-  for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, keys_m_bf16, fast);
-  for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, keys_m_bf16, fast);
+  // The bf16-cache keys-as-M kernel beside v2, both forced, P rounded once: the H 32 decode over
+  // the batch and context grid, H 96 / 128 and verify 2 / 4 / 8 at B 128 8k.
+  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m_bf16, ops::MlaAttentionKernel::wgmma}) {
+    for (const int64_t B : {1, 8, 32, 128})
+      for (const int64_t ctx : {1024, 8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, B, ctx, kernel, fast);
+    for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, kernel, fast);
+    for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, kernel, fast);
+  }
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

@@ -309,16 +309,23 @@ __device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; 
 // km::q_store_col(f) of the 32-row swizzled tile, or with kFp8Qk the e4m3 bytes in natural order
 // (feature f at byte column f; rows 32 .. 63 in a second 32-row tile kQTileBytes8 further); rows
 // past the sequence's rows zero (masked). An fp8 q is exact in f16; q_scale stays in the softmax
-// constant.
+// constant. A thread's pieces are all loaded before any is stored: one global latency, not one
+// per piece in a row (a loop of load-then-store did that, and the row tile's first QK waited).
 template <bool kFp8Qk, int kRows>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
                                        uint8_t* base_ptr, int ct) {
   static_assert(kRows == kN || kFp8Qk, "64 rows of Q fit as e4m3 only");
   constexpr int kPieces = kDqk / 16;  // 16-byte pieces (features 16 u ..) per row
-  for (int idx = ct; idx < kRows * kPieces; idx += kConsumerThreads) {
+  constexpr int kTotal = kRows * kPieces, kPer = (kTotal + kConsumerThreads - 1) / kConsumerThreads;
+  // (opaque: the pieces' addresses hoisted out of the row-tile loop made the consumers spill)
+  ct = static_cast<int>(opaque(static_cast<uint32_t>(ct)));
+  uint4 piece[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = ct + u * kConsumerThreads;
     const int n = idx / kPieces, f0 = 16 * (idx % kPieces), r = tp.r0 + n;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (n < tp.rows_here) {
+    if (idx < kTotal && n < tp.rows_here) {
       const uint8_t* src = static_cast<const uint8_t*>(p.q) + static_cast<int64_t>(s.qb + r / p.H) * p.q_s0 +
                            static_cast<int64_t>(r % p.H) * p.q_s1 + static_cast<int64_t>(f0) * p.q_s2;
       if (p.q_vec) {
@@ -331,6 +338,14 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPla
         v = make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
+    piece[u] = v;
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = ct + u * kConsumerThreads;
+    if (idx >= kTotal) break;
+    const int n = idx / kPieces, f0 = 16 * (idx % kPieces);
+    const uint4 v = piece[u];
     if constexpr (kFp8Qk) {  // the bytes as they are: features in natural order
       *reinterpret_cast<uint4*>(base_ptr + kOffQ + (n / kN) * kQTileBytes8 + sw128_offset(kN, n % kN, f0 / 2)) = v;
     } else {

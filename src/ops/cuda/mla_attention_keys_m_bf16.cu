@@ -173,15 +173,26 @@ __device__ __forceinline__ int col_of_slot(int q4, int k) { return 8 * (k / 2) +
 __device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; }
 
 // Q of the row tile into shared memory, bf16 in natural feature order (an fp8 q widened exactly;
-// q_scale stays in the softmax constant); rows past the sequence's rows zero (masked).
+// q_scale stays in the softmax constant); rows past the sequence's rows zero (masked). A thread's
+// 9 pieces are all loaded before any is stored: one global latency, not 9 in a row (a loop of
+// load-then-store did that, and the row tile's first QK waited on it).
 template <bool kQFp8>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
                                        uint8_t* base_ptr, int ct) {
   constexpr int kPieces = kmb::kDqk / 8;  // 8 values (16 bytes of bf16) each
-  for (int idx = ct; idx < kRows * kPieces; idx += kConsumerThreads) {
-    const int n = idx / kPieces, f0 = 8 * (idx % kPieces);
-    const uint4 v = n < tp.rows_here ? q_chunk<kQFp8>(p, s.qb, tp.r0 + n, f0) : make_uint4(0u, 0u, 0u, 0u);
-    *reinterpret_cast<uint4*>(base_ptr + kOffQ + kmb::sw128(n, f0)) = v;
+  constexpr int kPer = kRows * kPieces / kConsumerThreads;
+  static_assert(kPer * kConsumerThreads == kRows * kPieces, "whole pieces per thread");
+  ct = static_cast<int>(opaque(static_cast<uint32_t>(ct)));  // (not hoisted out of the row-tile loop)
+  uint4 v[kPer];
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = ct + u * kConsumerThreads, n = idx / kPieces, f0 = 8 * (idx % kPieces);
+    v[u] = n < tp.rows_here ? q_chunk<kQFp8>(p, s.qb, tp.r0 + n, f0) : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    const int idx = ct + u * kConsumerThreads;
+    *reinterpret_cast<uint4*>(base_ptr + kOffQ + kmb::sw128(idx / kPieces, 8 * (idx % kPieces))) = v[u];
   }
 }
 
