@@ -127,6 +127,20 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 8192, true), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0, true, 128, 128, 8192, true), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m_wide, 9, 0, true, 32, 1, 64, false), K::wgmma_keys_m_wide);
+  // The bf16 keys-as-M kernel: a bf16 cache (any q), the fast precision, rows <= 32, batch x kv_len
+  // >= 131072; v2 otherwise; a forced kernel stays forced.
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, true, true), K::wgmma_keys_m_bf16);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 1024, true, true), K::wgmma_keys_m_bf16);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 127, 1024, true, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 4, 32768, true, true), K::wgmma_keys_m_bf16);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 1, 32768, true, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 1, 128, 8192, true, true), K::wgmma_keys_m_bf16);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 33, 128, 8192, true, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 8192, true, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, false, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, true, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0, false, 32, 128, 8192, true, true), K::mma_sync);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m_bf16, 9, 0, true, 128, 1, 64, false), K::wgmma_keys_m_bf16);
 }
 
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at

@@ -172,7 +172,9 @@ TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
 }
 
 // The bf16-cache keys-as-M kernel runs when forced with a bf16 cache and the fast precision, with
-// either q, and is refused with the reason for an fp8 cache and for the exact precision.
+// either q, and is refused with the reason for an fp8 cache and for the exact precision; the
+// automatic choice takes it for a fast H 32 decode of 16 x 8192 keys and keeps v2 for the exact
+// precision and for a short batch (the rule: mla_attention_cuda_kernel).
 TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
   Problem p = make(64, DType::bf16, {100, 37, 700}, 31, 32);
   EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma_keys_m_bf16, MlaAttentionPrecision::fast),
@@ -189,6 +191,11 @@ TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
   const Support fp8 = mla_attention_supports(Backend::cuda, fp8_cache);
   EXPECT_FALSE(fp8.ok);
   EXPECT_NE(fp8.reason.find("takes a bf16 cache, got fp8_e4m3"), std::string::npos) << fp8.reason;
+  Problem large = make(64, DType::bf16, std::vector<int32_t>(16, 8192), 35, 32);
+  EXPECT_TRUE(launched(run(large, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast),
+                       "mla_attention_keys_m_bf16_kernel<bf16 cache, bf16 q, fast P>"));
+  EXPECT_TRUE(launched(run(large, MlaAttentionKernel::automatic, MlaAttentionPrecision::exact), "mla_attention_sm90_kernel<"));
+  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
 }
 
 // Its wide form (64 query rows per CTA) runs when forced with the fast precision, is refused with

@@ -701,7 +701,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const MlaAttentionKernel kernel =
       mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor, a.cache.dtype == DType::fp8_e4m3 && q_fp8,
                                 q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size,
-                                a.precision == MlaAttentionPrecision::fast);
+                                a.precision == MlaAttentionPrecision::fast, a.cache.dtype == DType::bf16);
   const bool keys_m = kernel == MlaAttentionKernel::wgmma_keys_m || kernel == MlaAttentionKernel::wgmma_keys_m_wide;
   const bool keys_m_bf16 = kernel == MlaAttentionKernel::wgmma_keys_m_bf16;
   const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m || keys_m_bf16 ? kMlaAttentionKeysMTileRows
