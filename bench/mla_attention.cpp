@@ -40,7 +40,6 @@ void add_mla_attention_benches(Registry& r) {
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "mla_attention_kmw/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "mla_attention_kmb/"
-                 : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16_wide ? "mla_attention_kmbw/"
                  : kernel == ops::MlaAttentionKernel::wgmma        ? "mla_attention_v2/"
                                                                    : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
@@ -129,10 +128,9 @@ void add_mla_attention_benches(Registry& r) {
         if (B == 128 && ((H == 128 && q_len == 1) || (H == 32 && q_len == 4))) continue;  // above
         add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, 8192, kernel, fast);
       }
-  // The bf16-cache keys-as-M kernel (and its wide form) beside v2, all forced, P rounded once: the
-  // H 32 decode over the batch and context grid, H 96 / 128 and verify 2 / 4 / 8 at B 128 8k.
-  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m_bf16, ops::MlaAttentionKernel::wgmma_keys_m_bf16_wide,
-                            ops::MlaAttentionKernel::wgmma}) {
+  // The bf16-cache keys-as-M kernel beside v2, both forced, P rounded once: the H 32 decode over
+  // the batch and context grid, H 96 / 128 and verify 2 / 4 / 8 at B 128 8k.
+  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m_bf16, ops::MlaAttentionKernel::wgmma}) {
     for (const int64_t B : {1, 8, 32, 128})
       for (const int64_t ctx : {1024, 8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, B, ctx, kernel, fast);
     for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, kernel, fast);

@@ -179,11 +179,6 @@ TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
   Problem p = make(64, DType::bf16, {100, 37, 700}, 31, 32);
   EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma_keys_m_bf16, MlaAttentionPrecision::fast),
                        "mla_attention_keys_m_bf16_kernel<bf16 cache, bf16 q, fast P>"));
-  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma_keys_m_bf16_wide, MlaAttentionPrecision::fast),
-                       "mla_attention_keys_m_bf16_kernel<bf16 cache, bf16 q, fast P, 64 rows>"));
-  const Support wide_exact = mla_attention_supports(Backend::cuda, args(p, MlaAttentionKernel::wgmma_keys_m_bf16_wide));
-  EXPECT_FALSE(wide_exact.ok);
-  EXPECT_NE(wide_exact.reason.find("runs precision fast only"), std::string::npos) << wide_exact.reason;
   Problem q8 = make(64, DType::bf16, {100, 37, 700}, 32, 32);
   use_fp8_q(q8, 33);
   EXPECT_TRUE(launched(run(q8, MlaAttentionKernel::wgmma_keys_m_bf16, MlaAttentionPrecision::fast),
@@ -572,17 +567,16 @@ TEST_F(MlaAttentionCuda, FastPrecisionRoundsPOnceOnTheWgmmaKernelOnly) {
 TEST_F(MlaAttentionCuda, PageOutsideTheCacheMakesOnlyItsQueriesNan) {
   for (DType dt : {DType::bf16, DType::fp8_e4m3})
     for (MlaAttentionKernel k : {MlaAttentionKernel::wgmma, MlaAttentionKernel::mma_sync, MlaAttentionKernel::wgmma_keys_m,
-                                 MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionKernel::wgmma_keys_m_bf16,
-                                 MlaAttentionKernel::wgmma_keys_m_bf16_wide})
+                                 MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionKernel::wgmma_keys_m_bf16})
       for (int64_t ps : {32, 64}) {
         const bool keys_m = k == MlaAttentionKernel::wgmma_keys_m || k == MlaAttentionKernel::wgmma_keys_m_wide;
-        const bool keys_m_bf16 = k == MlaAttentionKernel::wgmma_keys_m_bf16 || k == MlaAttentionKernel::wgmma_keys_m_bf16_wide;
         if (keys_m && dt != DType::fp8_e4m3) continue;  // (fp8 only)
-        if (keys_m_bf16 && dt != DType::bf16) continue;  // (bf16 only)
+        if (k == MlaAttentionKernel::wgmma_keys_m_bf16 && dt != DType::bf16) continue;  // (bf16 only)
         // (the wide and the bf16 keys-as-M kernels run the fast precision only)
-        const MlaAttentionPrecision pr = k == MlaAttentionKernel::wgmma_keys_m_wide || keys_m_bf16
-                                             ? MlaAttentionPrecision::fast
-                                             : MlaAttentionPrecision::exact;
+        const MlaAttentionPrecision pr =
+            k == MlaAttentionKernel::wgmma_keys_m_wide || k == MlaAttentionKernel::wgmma_keys_m_bf16
+                ? MlaAttentionPrecision::fast
+                : MlaAttentionPrecision::exact;
         Problem p = make(ps, dt, {150, 130, 90}, 5);
         if (keys_m) use_fp8_q(p, 12);
         run(p, k, pr);

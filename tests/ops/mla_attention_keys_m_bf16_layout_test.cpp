@@ -1,11 +1,10 @@
-// Host emulation of the bf16-cache keys-as-M products of one 64-key tile, both forms (32 query
-// rows, one 64-key stage; 64 rows, two 32-key stages at unrelated addresses) (the kernel:
+// Host emulation of the bf16-cache keys-as-M products of one 64-key tile (the kernel:
 // src/ops/cuda/mla_attention_keys_m_bf16.cu; its index maps: mla_attention_keys_m_bf16_layout.h),
 // with the hardware's side from the PTX ISA: ldmatrix / ldmatrix.trans / stmatrix.trans as the
 // ISA states them (below), wgmma's A and D fragments and descriptor reads from
 // tests/testing/sm90_hw_model.h.
-//  - QK (S^T = K Q^T, per warpgroup c: its half of the query rows): A by ldmatrix.x4 of the key
-//    rows, B = Q's rows through the descriptor; the accumulators must hold K Q^T exactly;
+//  - QK (S^T = K Q^T, per warpgroup c: its 16 query rows): A by ldmatrix.x4 of the key rows, B =
+//    Q rows 16 c .. through the descriptor; the accumulators must hold K Q^T exactly;
 //  - P^T by stmatrix.x4.trans of the accumulators, read back through PV's B descriptor;
 //  - PV (O^T = V^T P^T, warpgroup c: its 256 features, all 32 rows): A by ldmatrix.x4.trans; the
 //    accumulator must hold (P V)[n][o_feature(...)] exactly, o_feature covering the 512 once;
@@ -83,24 +82,18 @@ struct Result {
   int worst_wavefronts = 0;
 };
 
-// kRows query rows (32 or 64: the kernel's two forms); the tile's keys in stages of stage_keys.
-Result emulate(const KernelSide& ks, uint64_t seed, int kRows = 32) {
+Result emulate(const KernelSide& ks, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> val(-4, 4);
-  constexpr int kKeys = kmb::kKeys, kDqk = kmb::kDqk, kDv = kmb::kDv;
-  const int kWgRows = kRows / 2, stage_keys = kRows == 32 ? 64 : 32;
-  std::vector<double> KV(kKeys * kDqk), Q(static_cast<size_t>(kRows * kDqk)), P(static_cast<size_t>(kRows * kKeys));
+  constexpr int kKeys = kmb::kKeys, kRows = kmb::kRows, kDqk = kmb::kDqk, kDv = kmb::kDv;
+  std::vector<double> KV(kKeys * kDqk), Q(kRows * kDqk), P(kRows * kKeys);
   for (auto& x : KV) x = val(rng);
   for (auto& x : Q) x = val(rng);
   for (auto& x : P) x = val(rng);  // P^T's values (any integers: the layout, not the softmax)
 
-  // Shared memory: Q [kRows / 32][9 chunks][32][128 B] at 0, P^T [kRows][128 B] after it, then
-  // the stages: the second (64 rows) 48 bytes past the first's end (a stage may start anywhere).
-  const uint32_t q_base = 0, pt_base = static_cast<uint32_t>(kRows / 32) * kmb::kQTileBytes;
-  const uint32_t stage_bytes = static_cast<uint32_t>(stage_keys * ks.row_bytes);
-  const uint32_t stage0 = pt_base + static_cast<uint32_t>(kRows) * 128, stage1 = stage0 + stage_bytes + 48;
-  Smem smem(stage1 + stage_bytes + 64);
-  const auto key_row = [&](int key) { return (key < stage_keys ? stage0 : stage1) + (key % stage_keys) * ks.row_bytes; };
+  // Shared memory: Q [9 chunks][32][128 B] at 0, P^T [32][128 B] at 36,864, the tile at 40,960.
+  constexpr uint32_t q_base = 0, pt_base = 36864, tile = 40960;
+  Smem smem(tile + kKeys * static_cast<uint32_t>(ks.row_bytes) + 64);
   Result res;
   const auto fail = [&](std::string e) {
     res.error = std::move(e);
@@ -108,17 +101,17 @@ Result emulate(const KernelSide& ks, uint64_t seed, int kRows = 32) {
   };
   for (int k = 0; k < kKeys; ++k)
     for (int f = 0; f < kDqk; ++f)
-      if (!smem.put(key_row(k) + 2 * f, KV[k * kDqk + f])) return fail("tile outside shared memory");
+      if (!smem.put(tile + k * ks.row_bytes + 2 * f, KV[k * kDqk + f])) return fail("tile outside shared memory");
   for (int n = 0; n < kRows; ++n)
-    for (int f = 0; f < kDqk; ++f) smem.put(q_base + (n / 32) * kmb::kQTileBytes + ks.sw128(n % 32, f), Q[n * kDqk + f]);
+    for (int f = 0; f < kDqk; ++f) smem.put(q_base + ks.sw128(n, f), Q[n * kDqk + f]);
 
   for (int c = 0; c < 2; ++c) {
-    // ---- QK: S^T[key][n] for rows kWgRows c + n, n < kWgRows.
-    std::vector<double> D(static_cast<size_t>(kKeys * kWgRows), 0.0);
+    // ---- QK: S^T[key][n] for rows 16 c + n, n < 16.
+    std::vector<double> D(kKeys * kmb::kWgRows, 0.0);
     for (int s = 0; s < kmb::kQkSteps; ++s) {
       std::vector<double> A(kKeys * 16, NAN);
       for (int w = 0; w < 4; ++w) {
-        const auto lane_addr = [&](int l) { return key_row(ks.qk_key(w, l)) + ks.qk_byte(s, l); };
+        const auto lane_addr = [&](int l) { return tile + ks.qk_key(w, l) * ks.row_bytes + ks.qk_byte(s, l); };
         for (int j = 0; j < 4; ++j) res.worst_wavefronts = std::max(res.worst_wavefronts, wavefronts(lane_addr, j));
         for (int L = 0; L < 32; ++L)
           for (int j = 0; j < 4; ++j)
@@ -129,53 +122,52 @@ Result emulate(const KernelSide& ks, uint64_t seed, int kRows = 32) {
               A[hw_a_row(t, e) * 16 + hw_a_col(t, e)] = v;
             }
       }
-      // Q's rows kWgRows c ..: row 16 c of the 32-row tile, or the second tile.
-      const uint32_t q_rows = q_base + (kRows == 32 ? c * 16 * 128 : c * kmb::kQTileBytes);
-      const uint64_t db = sm::desc_of(sm::sw128_lo(q_rows) + sm::k_step_lo(s));
-      for (int n = 0; n < kWgRows; ++n)
+      const uint64_t db = sm::desc_of(sm::sw128_lo(q_base + c * kmb::kWgRows * 128) + sm::k_step_lo(s));
+      for (int n = 0; n < kmb::kWgRows; ++n)
         for (int k = 0; k < 16; ++k) {
           uint32_t a;
           double b;
           if (!hw_addr(db, Major::k, n, k, a) || !smem.get(a, b)) return fail("QK: bad B descriptor");
-          for (int m = 0; m < kKeys; ++m) D[m * kWgRows + n] += A[m * 16 + k] * b;
+          for (int m = 0; m < kKeys; ++m) D[m * kmb::kWgRows + n] += A[m * 16 + k] * b;
         }
     }
     for (int key = 0; key < kKeys; ++key)
-      for (int n = 0; n < kWgRows; ++n) {
+      for (int n = 0; n < kmb::kWgRows; ++n) {
         double want = 0;
-        for (int f = 0; f < kDqk; ++f) want += KV[key * kDqk + f] * Q[(kWgRows * c + n) * kDqk + f];
-        if (D[key * kWgRows + n] != want)
+        for (int f = 0; f < kDqk; ++f) want += KV[key * kDqk + f] * Q[(16 * c + n) * kDqk + f];
+        if (D[key * kmb::kWgRows + n] != want)
           return fail("QK: S^T[" + std::to_string(key) + "][" + std::to_string(n) + "] of warpgroup " + std::to_string(c));
       }
 
-    // ---- P^T by stmatrix.x4.trans, kWgRows / 16 of them (x): accumulator register i of thread t
-    // (D fragment, N = kWgRows) holds P at (key hw_d_row, row kWgRows c + hw_d_col); register j
-    // packs i = 8 x + 4 (j / 2) + 2 (j % 2) and i + 1. Stored matrix j's row r (lane 8 j + r's
-    // address) gets element e from lane 4 e + r / 2, half r % 2 (the transpose of the fragment).
-    for (int x = 0; x < kWgRows / 16; ++x)
-      for (int w = 0; w < 4; ++w) {
-        const auto lane_addr = [&](int l) { return pt_base + ks.sw128(ks.pt_row(kWgRows * c + 16 * x, l), ks.pt_key(w, l)); };
-        for (int j = 0; j < 4; ++j) {
-          res.worst_wavefronts = std::max(res.worst_wavefronts, wavefronts(lane_addr, j));
-          for (int r = 0; r < 8; ++r)
-            for (int e = 0; e < 8; ++e) {
-              const int t = 32 * w + 4 * e + r / 2, i = 8 * x + 4 * (j / 2) + 2 * (j % 2) + r % 2;
-              const int key = hw_d_row(t, i), n = kWgRows * c + hw_d_col(t, i);
-              if (!smem.put(lane_addr(8 * j + r) + 2 * e, P[static_cast<size_t>(n * kKeys + key)])) return fail("P^T store outside");
-            }
-        }
+    // ---- P^T by stmatrix.x4.trans: accumulator register i of thread t (D fragment, N = 16)
+    // holds P at (key hw_d_row, row 16 c + hw_d_col); register j packs i = 4 (j / 2) + 2 (j % 2)
+    // and i + 1. Stored matrix j's row r (lane 8 j + r's address) gets element e from lane
+    // 4 e + r / 2, half r % 2 (the transpose of the fragment).
+    for (int w = 0; w < 4; ++w) {
+      const auto lane_addr = [&](int l) { return pt_base + ks.sw128(ks.pt_row(c, l), ks.pt_key(w, l)); };
+      for (int j = 0; j < 4; ++j) {
+        res.worst_wavefronts = std::max(res.worst_wavefronts, wavefronts(lane_addr, j));
+        for (int r = 0; r < 8; ++r)
+          for (int e = 0; e < 8; ++e) {
+            const int t = 32 * w + 4 * e + r / 2, i = 4 * (j / 2) + 2 * (j % 2) + r % 2;
+            const int key = hw_d_row(t, i), n = 16 * c + hw_d_col(t, i);
+            if (!smem.put(lane_addr(8 * j + r) + 2 * e, P[n * kKeys + key])) return fail("P^T store outside");
+          }
       }
+    }
   }
 
   // ---- PV: O^T[feature][n] over 4 k-steps, per warpgroup and m-tile.
   std::vector<int> seen(kDv, 0);
   for (int c = 0; c < 2; ++c)
     for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
-      std::vector<double> O(static_cast<size_t>(64 * kRows), 0.0);
+      std::vector<double> O(64 * kRows, 0.0);
       for (int s = 0; s < kmb::kPvSteps; ++s) {
         std::vector<double> A(64 * 16, NAN);
         for (int w = 0; w < 4; ++w) {
-          const auto lane_addr = [&](int l) { return key_row(ks.pv_key(s, l)) + 2 * ks.pv_feature(c, mm, w, l); };
+          const auto lane_addr = [&](int l) {
+            return tile + ks.pv_key(s, l) * ks.row_bytes + 2 * ks.pv_feature(c, mm, w, l);
+          };
           for (int j = 0; j < 4; ++j) res.worst_wavefronts = std::max(res.worst_wavefronts, wavefronts(lane_addr, j));
           for (int L = 0; L < 32; ++L)
             for (int j = 0; j < 4; ++j)
@@ -196,7 +188,7 @@ Result emulate(const KernelSide& ks, uint64_t seed, int kRows = 32) {
           }
       }
       for (int t = 0; t < 128; ++t)
-        for (int i = 0; i < kRows / 2; ++i) {
+        for (int i = 0; i < 16; ++i) {
           const int f = ks.o_feature(c, mm, t, i), n = hw_d_col(t, i);
           if (f < 0 || f >= kDv) return fail("o_feature out of range");
           if (n == 0) ++seen[static_cast<size_t>(f)];
@@ -212,12 +204,11 @@ Result emulate(const KernelSide& ks, uint64_t seed, int kRows = 32) {
 }
 
 TEST(MlaAttentionKeysMBf16Layout, ProductsMatchTheHardwareModel) {
-  for (int rows : {32, 64})
-    for (uint64_t seed : {1u, 2u}) {
-      const Result r = emulate(KernelSide{}, seed, rows);
-      EXPECT_EQ(r.error, "") << rows << " rows, seed " << seed;
-      EXPECT_EQ(r.worst_wavefronts, 1) << rows << " rows: every ldmatrix / stmatrix matrix in one wavefront";
-    }
+  for (uint64_t seed : {1u, 2u}) {
+    const Result r = emulate(KernelSide{}, seed);
+    EXPECT_EQ(r.error, "") << "seed " << seed;
+    EXPECT_EQ(r.worst_wavefronts, 1) << "every ldmatrix / stmatrix matrix in one wavefront";
+  }
 }
 
 TEST(MlaAttentionKeysMBf16Layout, DenseRowsConflict) {
@@ -229,10 +220,7 @@ TEST(MlaAttentionKeysMBf16Layout, DenseRowsConflict) {
 }
 
 TEST(MlaAttentionKeysMBf16Layout, PlantedBugsAreCaught) {
-  const auto caught = [](const KernelSide& ks, const char* what) {
-    EXPECT_NE(emulate(ks, 4, 32).error, "") << what << " (32 rows)";
-    EXPECT_NE(emulate(ks, 4, 64).error, "") << what << " (64 rows)";
-  };
+  const auto caught = [](const KernelSide& ks, const char* what) { EXPECT_NE(emulate(ks, 4).error, "") << what; };
   KernelSide k;
   k.qk_key = [](int w, int lane) { return 16 * w + lane % 8 + 8 * (lane / 16); };  // halves swapped with bytes
   caught(k, "QK keys");
@@ -249,7 +237,7 @@ TEST(MlaAttentionKeysMBf16Layout, PlantedBugsAreCaught) {
   k.o_feature = [](int c, int mm, int t, int i) { return 256 * c + 64 * mm + 16 * (t / 32) + (t % 32) / 4 + 8 * (i % 2); };
   caught(k, "o features");
   k = KernelSide{};
-  k.pt_row = [](int row0, int lane) { return row0 + 8 * ((lane / 8) % 2) + lane % 8; };
+  k.pt_row = [](int c, int lane) { return 16 * c + 8 * ((lane / 8) % 2) + lane % 8; };
   caught(k, "P^T rows");
   k = KernelSide{};
   k.pt_key = [](int w, int lane) { return 16 * w + 8 * ((lane / 8) / 2); };

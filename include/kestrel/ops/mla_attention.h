@@ -22,7 +22,6 @@ enum class MlaAttentionKernel : uint8_t {
                       // warpgroups): fp8 cache and fp8 q, precision fast only
   wgmma_keys_m_bf16,  // v3 for a bf16 cache (mla_attention_keys_m_bf16.cu): 32 query rows per CTA,
                       // both warpgroups on every 64-key tile; bf16 or fp8 q, precision fast only
-  wgmma_keys_m_bf16_wide,  // its wide form: 64 query rows per CTA (same limits)
 };
 
 // How the softmax weights P enter the P V product on the CUDA WGMMA kernel (v2). `exact` (the

@@ -640,8 +640,7 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
   if (a.q.size(0) * a.q.size(1) > INT32_MAX)
     return Support::no(str("Tq * H = ", a.q.size(0) * a.q.size(1), " exceeds int32"));
   const bool keys_m = a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m || a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_wide;
-  const bool keys_m_bf16 =
-      a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_bf16 || a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_bf16_wide;
+  const bool keys_m_bf16 = a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_bf16;
   if (a.cuda_kernel == MlaAttentionKernel::wgmma || keys_m || keys_m_bf16) {
     const auto [major, minor] = compute_capability();
     if (!(major == 9 && minor == 0))
@@ -704,11 +703,9 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
                                 q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size,
                                 a.precision == MlaAttentionPrecision::fast, a.cache.dtype == DType::bf16);
   const bool keys_m = kernel == MlaAttentionKernel::wgmma_keys_m || kernel == MlaAttentionKernel::wgmma_keys_m_wide;
-  const bool keys_m_bf16 =
-      kernel == MlaAttentionKernel::wgmma_keys_m_bf16 || kernel == MlaAttentionKernel::wgmma_keys_m_bf16_wide;
-  const bool wide = kernel == MlaAttentionKernel::wgmma_keys_m_wide || kernel == MlaAttentionKernel::wgmma_keys_m_bf16_wide;
-  const int64_t tile_rows = wide                                                               ? kMlaAttentionKeysMWideTileRows
-                            : kernel == MlaAttentionKernel::wgmma_keys_m || keys_m_bf16 ? kMlaAttentionKeysMTileRows
+  const bool keys_m_bf16 = kernel == MlaAttentionKernel::wgmma_keys_m_bf16;
+  const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m || keys_m_bf16 ? kMlaAttentionKeysMTileRows
+                            : kernel == MlaAttentionKernel::wgmma_keys_m_wide ? kMlaAttentionKeysMWideTileRows
                                                                                 : kRows;
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
   const int sms = num_sms();
@@ -728,7 +725,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
   if (keys_m_bf16) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
-    launch_mla_attention_keys_m_bf16(p, grid, q_fp8, wide, s);
+    launch_mla_attention_keys_m_bf16(p, grid, q_fp8, s);
   } else if (keys_m) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     launch_mla_attention_keys_m(p, grid, a.precision == MlaAttentionPrecision::exact,

@@ -172,8 +172,8 @@ void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s);
 
 // The keys-as-M kernel for a bf16 cache (mla_attention_keys_m_bf16.cu), precision fast: same
-// params, grid (32-row tiles, or 64-row ones when wide, splits, B), same outputs.
-void launch_mla_attention_keys_m_bf16(const MlaAttentionParams& p, dim3 grid, bool fp8_q, bool wide, cudaStream_t s);
+// params, grid (32-row tiles, splits, B), same outputs.
+void launch_mla_attention_keys_m_bf16(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s);
 
 // The end of a row: its output scale and lse (log2 units) from the running maximum m and sum l.
 // A bad sequence length gives NaN; nothing attended (l = 0) gives o = 0 and lse = -inf; a NaN sum

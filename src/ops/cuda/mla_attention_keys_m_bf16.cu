@@ -90,43 +90,33 @@ using sm90::wgmma_commit;
 using sm90::wgmma_fence;
 using sm90::wgmma_wait;
 
-constexpr int kKeys = kmb::kKeys;
+constexpr int kKeys = kmb::kKeys, kRows = kmb::kRows, kWgRows = kmb::kWgRows;
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
+constexpr int kStages = 2;
 constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales
 constexpr uint32_t kBf16NanPair = 0x7fc07fc0u;
-constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarVote = 8;
 
-// The two forms: 32 query rows a CTA (16 a warpgroup in QK) with stages of one 64-key tile, or 64
-// (32 a warpgroup) with stages of 32 keys, two a tile: Q then takes 73,728 bytes, and three such
-// stages fit beside it where two 64-key ones would not.
-template <int kRows>
-struct Form {
-  static_assert(kRows == 32 || kRows == 64);
-  static constexpr int kWgRows = kRows / 2;                    // the N of one warpgroup's QK
-  static constexpr int kStageKeys = kRows == 32 ? 64 : 32;
-  static constexpr int kSub = kKeys / kStageKeys;              // stages a tile
-  static constexpr int kStages = kRows == 32 ? 2 : 3;
-  static constexpr uint32_t kStageBytes = kStageKeys * kmb::kRowBytes;  // 74,752 | 37,376
-  static constexpr uint32_t kQBytes = kRows / kmb::kTileRows * kmb::kQTileBytes;
-  static constexpr uint32_t kPtBytes = kRows * 128;           // one 128-byte-swizzled chunk of kRows rows
-  static constexpr uint32_t kOffQ = 0;
-  static constexpr uint32_t kOffPt = kOffQ + kQBytes;          // [2 buffers]
-  static constexpr uint32_t kOffStages = kOffPt + 2 * kPtBytes;
-  static constexpr uint32_t kOffMax = kOffStages + kStages * kStageBytes;  // [2][4 warps][kWgRows] f32
-  static constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kWgRows * 4;       // [m, l][kRows] f32
-  static constexpr uint32_t kOffLim = kOffMl + 2 * kRows * 4;             // [kRows] i32
-  static constexpr uint32_t kOffAlpha = kOffLim + kRows * 4;              // [2 buffers][kRows] f32
-  static constexpr uint32_t kOffGrew = kOffAlpha + 2 * kRows * 4;         // [2 buffers][2 warpgroups] i32
-  static constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
-  static constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
-  static constexpr uint32_t kSmemBytes = kBarEmpty + 8 * kStages + 1024;  // slack to align the base to 1024
-  static_assert(kOffPt % 1024 == 0 && kOffStages % 1024 == 0 && kOffBar % 8 == 0 && kStageBytes % 16 == 0);
-  static_assert(kSmemBytes == (kRows == 32 ? 196784u : 205632u) && kSmemBytes <= 232448u,
-                "the design note states the shared-memory sizes");
-};
+constexpr uint32_t kQBytes = kmb::kDqk / 64 * kRows * 128;  // 36,864
+constexpr uint32_t kPtBytes = kRows * kKeys * 2;              // 4,096: one 128-byte-swizzled chunk
+constexpr uint32_t kOffQ = 0;
+constexpr uint32_t kOffPt = kOffQ + kQBytes;  // [2 buffers]
+constexpr uint32_t kOffStages = kOffPt + 2 * kPtBytes;
+constexpr uint32_t kOffMax = kOffStages + kStages * kmb::kStageBytes;  // [2][4 warps][16] f32
+constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kWgRows * 4;           // [m, l][32] f32
+constexpr uint32_t kOffLim = kOffMl + 2 * kRows * 4;                 // [32] i32
+constexpr uint32_t kOffAlpha = kOffLim + kRows * 4;                  // [2 buffers][32] f32
+constexpr uint32_t kOffGrew = kOffAlpha + 2 * kRows * 4;             // [2 buffers][2 warpgroups] i32
+constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
+constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
+constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
+constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
+static_assert(kOffPt % 1024 == 0 && kOffStages % 1024 == 0 && kOffBar % 8 == 0);
+static_assert(kSmemBytes == 196784 && kSmemBytes <= 232448, "the design note states the shared-memory size");
 static_assert(kmb::kCacheRowBytes % 16 == 0 && kmb::kRowBytes % 16 == 0, "bulk copies of whole 16 bytes");
+
+constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarVote = 8;
 
 using SeqPlan = MlaSeqPlan;
 using TilePlan = MlaTilePlan;
@@ -142,40 +132,34 @@ __device__ __forceinline__ bool named_bar_or(int id, int count, bool v) {
 }
 
 // ---- producer warpgroup ----------------------------------------------------------------------------
-// Per stage (stage counter si over every stage of the CTA), warp pw (0 .. 3) copies its
-// kStageKeys / 4 rows, one per lane.
-template <int kRows>
+// Warp pw (0 .. 3) copies keys 16 pw .. 16 pw + 15 of each tile, one row per lane 0 .. 15.
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
                                          uint8_t* base_ptr, int pw, int lane) {
-  using F = Form<kRows>;
-  constexpr int kWarpRows = F::kStageKeys / 4;
-  const int row = kWarpRows * pw + lane % kWarpRows;
-  const bool mine = lane < kWarpRows;
-  uint32_t si = 0;
+  const int row = 16 * pw + (lane & 15);
+  const bool mine = lane < 16;
+  uint32_t ti = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
-    for (int j = 0; j < tp.ntiles; ++j) {
-      for (int h = 0; h < F::kSub; ++h, ++si) {
-        const int st = static_cast<int>(si % F::kStages), pos = s.begin + j * kKeys + h * F::kStageKeys + row;
-        bool nan = false;
-        const uint8_t* src = mine && pos < tp.kv_end ? kv_row(p, b, pos, nan) : nullptr;
-        const bool copy = src != nullptr;
-        const uint32_t dst = F::kOffStages + st * F::kStageBytes + row * kmb::kRowBytes;
-        mbar_wait(base + F::kBarEmpty + 8 * st, ((si / F::kStages) & 1) ^ 1);
-        if (mine && !copy) {  // past the end: zeros; a page outside the cache: bf16 NaN
-          const uint32_t f = nan ? kBf16NanPair : 0u;
-          uint4* d = reinterpret_cast<uint4*>(base_ptr + dst);
+    for (int j = 0; j < tp.ntiles; ++j, ++ti) {
+      const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys + row;
+      bool nan = false;
+      const uint8_t* src = mine && pos < tp.kv_end ? kv_row(p, b, pos, nan) : nullptr;
+      const bool copy = src != nullptr;
+      const uint32_t dst = kOffStages + st * kmb::kStageBytes + row * kmb::kRowBytes;
+      mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+      if (mine && !copy) {  // past the end: zeros; a page outside the cache: bf16 NaN
+        const uint32_t f = nan ? kBf16NanPair : 0u;
+        uint4* d = reinterpret_cast<uint4*>(base_ptr + dst);
 #pragma unroll 4
-          for (int u = 0; u < kmb::kCacheRowBytes / 16; ++u) d[u] = make_uint4(f, f, f, f);
-          fence_proxy_async();  // (generic writes where the async proxy wrote before and will again)
-        }
-        const int copies = __popc(__ballot_sync(0xffffffffu, copy));
-        __syncwarp();  // the filled rows before lane 0's arrival (release)
-        const uint32_t full = base + F::kBarFull + 8 * st;
-        if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kmb::kCacheRowBytes);
-        __syncwarp();  // the expected bytes are announced before any copy can complete
-        if (copy) bulk_copy_g2s_hint(base + dst, src, kmb::kCacheRowBytes, full, l2_evict_first_policy());
+        for (int u = 0; u < kmb::kCacheRowBytes / 16; ++u) d[u] = make_uint4(f, f, f, f);
+        fence_proxy_async();  // (generic writes where the async proxy wrote before and will again)
       }
+      const int copies = __popc(__ballot_sync(0xffffffffu, copy));
+      __syncwarp();  // the filled rows before lane 0's arrival (release)
+      const uint32_t full = base + kBarFull + 8 * st;
+      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kmb::kCacheRowBytes);
+      __syncwarp();  // the expected bytes are announced before any copy can complete
+      if (copy) bulk_copy_g2s_hint(base + dst, src, kmb::kCacheRowBytes, full, l2_evict_first_policy());
     }
   }
 }
@@ -184,15 +168,15 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
 // Thread t of warpgroup c: warp w = t / 32, g = (t % 32) / 4, q4 = t % 4. Accumulator register i
 // holds M row 16 w + g + 8 ((i / 2) % 2) and column (query row) 8 (i / 4) + 2 q4 + i % 2, i.e.
 // column slot k = 2 (i / 4) + i % 2 of the thread's columns n_k = 8 (k / 2) + 2 q4 + k % 2
-// (N / 4 slots of N columns).
+// (4 slots of S^T's 16 columns, 8 of O^T's 32).
 __device__ __forceinline__ int col_of_slot(int q4, int k) { return 8 * (k / 2) + 2 * q4 + k % 2; }
 __device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; }
 
-// Q of the row tile into shared memory, bf16 in natural feature order, in 32-row tiles (an fp8 q
-// widened exactly; q_scale stays in the softmax constant); rows past the sequence's rows zero
-// (masked). A thread's pieces are all loaded before any is stored: one global latency, not 9 or 18
-// in a row (a loop of load-then-store did that, and the row tile's first QK waited on it).
-template <bool kQFp8, int kRows>
+// Q of the row tile into shared memory, bf16 in natural feature order (an fp8 q widened exactly;
+// q_scale stays in the softmax constant); rows past the sequence's rows zero (masked). A thread's
+// 9 pieces are all loaded before any is stored: one global latency, not 9 in a row (a loop of
+// load-then-store did that, and the row tile's first QK waited on it).
+template <bool kQFp8>
 __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
                                        uint8_t* base_ptr, int ct) {
   constexpr int kPieces = kmb::kDqk / 8;  // 8 values (16 bytes of bf16) each
@@ -207,48 +191,36 @@ __device__ __forceinline__ void load_q(const MlaAttentionParams& p, const SeqPla
   }
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
-    const int idx = ct + u * kConsumerThreads, n = idx / kPieces;
-    *reinterpret_cast<uint4*>(base_ptr + Form<kRows>::kOffQ + (n / kmb::kTileRows) * kmb::kQTileBytes +
-                              kmb::sw128(n % kmb::kTileRows, 8 * (idx % kPieces))) = v[u];
+    const int idx = ct + u * kConsumerThreads;
+    *reinterpret_cast<uint4*>(base_ptr + kOffQ + kmb::sw128(idx / kPieces, 8 * (idx % kPieces))) = v[u];
   }
 }
 
-// One QK k-step of wgmma m64nNk16 (N = the warpgroup's rows: 16 or 32).
-template <int kN>
-__device__ __forceinline__ void qk_wgmma(float (&sc)[kN / 2], const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {
-  if constexpr (kN == 16) {
-    sm90::wgmma_m64n16k16_bf16_rs(sc, a, desc_b, scale_d);
-  } else {
-    sm90::wgmma_m64n32k16_rs<false>(sc, a, desc_b, scale_d);
-  }
-}
-
-// S^T of one tile (64 keys x the warpgroup's kN rows) into sc, retired on return with every older
+// S^T of one tile (64 keys x the warpgroup's 16 rows) into sc, retired on return with every older
 // wgmma of the warpgroup: 9 groups of 4 k-steps, the next group's ldmatrix after this group's
 // issue (the warpgroup fence waits for pending register writes, so loads issued before it would
-// be waited for at once). `rows`: this lane's key row (qk_key) at byte qk_byte(0, lane).
-template <int kN, int kGroup>
-__device__ __forceinline__ void qk_tile(float (&sc)[kN / 2], uint32_t row, uint32_t q_lo) {
-  constexpr int kGroups = kmb::kQkSteps / kGroup;
-  static_assert(kGroups * kGroup == kmb::kQkSteps);
+// be waited for at once).
+__device__ __forceinline__ void qk_tile(float (&sc)[8], uint32_t tile, uint32_t q_lo, int w, int lane) {
+  constexpr int kGroups = kmb::kQkSteps / 4;
+  const uint32_t row = tile + kmb::qk_key(w, lane) * kmb::kRowBytes + kmb::qk_byte(0, lane);
 #pragma unroll
-  for (int i = 0; i < kN / 2; ++i) sc[i] = 0.0f;
-  uint32_t a[kGroups][kGroup][4];
+  for (int i = 0; i < 8; ++i) sc[i] = 0.0f;
+  uint32_t a[kGroups][4][4];
 #pragma unroll
-  for (int rr = 0; rr < kGroup; ++rr) ldsm_x4<false>(a[0][rr], row + kmb::qk_byte(rr, 0));
+  for (int rr = 0; rr < 4; ++rr) ldsm_x4<false>(a[0][rr], row + kmb::qk_byte(rr, 0));
 #pragma unroll
   for (int q = 0; q < kGroups; ++q) {
     if (q == 0) wgmma_wait<0>();  // the previous tile's last PV group (see pv_tile)
     wgmma_fence();
 #pragma unroll
-    for (int rr = 0; rr < kGroup; ++rr) {
-      const int ks = kGroup * q + rr;
-      qk_wgmma<kN>(sc, a[q][rr], desc_of(q_lo + k_step_lo(ks)), ks > 0 ? 1 : 0);
+    for (int rr = 0; rr < 4; ++rr) {
+      const int ks = 4 * q + rr;
+      sm90::wgmma_m64n16k16_bf16_rs(sc, a[q][rr], desc_of(q_lo + k_step_lo(ks)), ks > 0 ? 1 : 0);
     }
     wgmma_commit();
     if (q + 1 < kGroups) {
 #pragma unroll
-      for (int rr = 0; rr < kGroup; ++rr) ldsm_x4<false>(a[q + 1][rr], row + kmb::qk_byte(kGroup * (q + 1) + rr, 0));
+      for (int rr = 0; rr < 4; ++rr) ldsm_x4<false>(a[q + 1][rr], row + kmb::qk_byte(4 * (q + 1) + rr, 0));
     }
     wgmma_wait<1>();
   }
@@ -256,29 +228,18 @@ __device__ __forceinline__ void qk_tile(float (&sc)[kN / 2], uint32_t row, uint3
   fence_operands(sc);
 }
 
-// PV's A registers of k-step ks, all 4 m-tiles: ldmatrix.x4.trans of the key rows (`row`: this
-// lane's row pv_key(ks, lane) in its stage, at its features of m-tile 0).
-__device__ __forceinline__ void pv_load(uint32_t (&a)[kmb::kPvTiles][4], uint32_t row) {
+// PV's A registers of k-step ks, all 4 m-tiles: ldmatrix.x4.trans of the key rows.
+__device__ __forceinline__ void pv_load(uint32_t (&a)[kmb::kPvTiles][4], uint32_t tile, int c, int w, int lane, int ks) {
+  const uint32_t row = tile + kmb::pv_key(ks, lane) * kmb::kRowBytes;
 #pragma unroll
-  for (int mm = 0; mm < kmb::kPvTiles; ++mm) ldsm_x4<true>(a[mm], row + 2 * 64 * mm);
+  for (int mm = 0; mm < kmb::kPvTiles; ++mm) ldsm_x4<true>(a[mm], row + 2 * kmb::pv_feature(c, mm, w, lane));
 }
 
-// The lane's PV row of k-step ks: stage (16 ks) / kStageKeys of the tile's stages.
-template <int kRows>
-__device__ __forceinline__ uint32_t pv_row(const uint32_t (&stage)[Form<kRows>::kSub], int ks, int c, int w, int lane) {
-  constexpr int kStageKeys = Form<kRows>::kStageKeys;
-  return stage[16 * ks / kStageKeys] + (kmb::pv_key(ks, lane) % kStageKeys) * kmb::kRowBytes +
-         2 * kmb::pv_feature(c, 0, w, lane);
-}
-
-// O^T (this warpgroup's 4 m-tiles, all kRows rows) += V^T P^T over one tile: 4 k-steps of one group
-// of 4 wgmma m64n{kRows}k16; a0 holds k-step 0's loads (issued by the caller before the softmax).
-// A stage is released after the issue of its last k-step, whose wgmma fence waited for the loads.
-template <int kRows>
-__device__ __forceinline__ void pv_tile(float (&o)[kmb::kPvTiles][kRows / 2], const uint32_t (&a0)[kmb::kPvTiles][4],
-                                        const uint32_t (&stage)[Form<kRows>::kSub], const uint32_t (&empty)[Form<kRows>::kSub],
-                                        uint32_t pt_lo, int c, int w, int lane) {
-  constexpr int kStepsPerStage = kmb::kPvSteps / Form<kRows>::kSub;
+// O^T (this warpgroup's 4 m-tiles, 32 rows) += V^T P^T over one tile: 4 k-steps of one group of 4
+// wgmma m64n32k16; a0 holds k-step 0's loads (issued by the caller before the softmax). The stage
+// is released after the last k-step's issue: its wgmma fence waited for the last loads.
+__device__ __forceinline__ void pv_tile(float (&o)[kmb::kPvTiles][16], const uint32_t (&a0)[kmb::kPvTiles][4], uint32_t tile,
+                                        uint32_t pt_lo, uint32_t empty, int c, int w, int lane) {
   uint32_t a[kmb::kPvSteps][kmb::kPvTiles][4];
 #pragma unroll
   for (int mm = 0; mm < kmb::kPvTiles; ++mm)
@@ -288,36 +249,30 @@ __device__ __forceinline__ void pv_tile(float (&o)[kmb::kPvTiles][kRows / 2], co
   for (int ks = 0; ks < kmb::kPvSteps; ++ks) {
     wgmma_fence();
 #pragma unroll
-    for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
-      if constexpr (kRows == 32) {
-        sm90::wgmma_m64n32k16_rs<false>(o[mm], a[ks][mm], desc_of(pt_lo + k_step_lo(ks)), 1);
-      } else {
-        sm90::wgmma_m64n64k16_rs<false>(o[mm], a[ks][mm], desc_of(pt_lo + k_step_lo(ks)));
-      }
-    }
+    for (int mm = 0; mm < kmb::kPvTiles; ++mm) sm90::wgmma_m64n32k16_rs<false>(o[mm], a[ks][mm], desc_of(pt_lo + k_step_lo(ks)), 1);
     wgmma_commit();
-    if (ks + 1 < kmb::kPvSteps) pv_load(a[ks + 1], pv_row<kRows>(stage, ks + 1, c, w, lane));
-    if (ks % kStepsPerStage == kStepsPerStage - 1) {
+    if (ks + 1 < kmb::kPvSteps) {
+      pv_load(a[ks + 1], tile, c, w, lane, ks + 1);
+    } else {
       __syncwarp();
-      if (lane == 0) mbar_arrive(empty[ks / kStepsPerStage]);  // every byte of the stage this warp reads is in registers
+      if (lane == 0) mbar_arrive(empty);  // every byte of the tile this warp reads is in registers
     }
     wgmma_wait<1>();
   }
   // The last group stays in flight: the next QK retires it, or the row tile's end does.
 }
 
-// The scores in log2 units, masked keys -inf (lim: the causal limits of the warpgroup's rows).
+// The scores in log2 units, masked keys -inf (lim: the causal limits of the warpgroup's 16 rows).
 // A tile below every live row's causal limit and the split's end needs no mask.
-template <int kN>
-__device__ __forceinline__ void scale_scores(float (&sc)[kN / 2], float scale_log2, int kv0, int kv_end, int lim_first,
+__device__ __forceinline__ void scale_scores(float (&sc)[8], float scale_log2, int kv0, int kv_end, int lim_first,
                                              const int* lim, int w, int g, int q4) {
   if (kv0 + kKeys <= kv_end && kv0 + kKeys <= lim_first) {
 #pragma unroll
-    for (int i = 0; i < kN / 2; ++i) sc[i] *= scale_log2;
+    for (int i = 0; i < 8; ++i) sc[i] *= scale_log2;
   } else {
     const int key0 = kv0 + 16 * w + g;
 #pragma unroll
-    for (int i = 0; i < kN / 2; ++i) {
+    for (int i = 0; i < 8; ++i) {
       const int key = key0 + 8 * ((i / 2) % 2);
       const bool ok = key < kv_end && key < lim[col_of_slot(q4, slot_of_reg(i))];
       sc[i] = ok ? sc[i] * scale_log2 : -INFINITY;
@@ -325,38 +280,36 @@ __device__ __forceinline__ void scale_scores(float (&sc)[kN / 2], float scale_lo
   }
 }
 
-// Lazy rescaling of the warpgroup's kN columns (the fp8 kernel's rescale_maxima): returns whether
-// some column's m moved, with its factor in alpha (1 where m stayed), by which l is already
-// scaled and every O^T must be.
-template <int kN>
-__device__ __forceinline__ bool rescale_maxima(const float (&sc)[kN / 2], float (&m)[kN / 4], float (&l)[kN / 4],
-                                               float (&alpha)[kN / 4], float* colmax, int c, int w, int g, int q4) {
-  constexpr int kSlots = kN / 4;
+// Lazy rescaling of the warpgroup's 16 columns (the fp8 kernel's rescale_maxima with 4 slots a
+// thread): returns whether some column's m moved, with its factor in alpha (1 where m stayed),
+// by which l is already scaled and every O^T must be.
+__device__ __forceinline__ bool rescale_maxima(const float (&sc)[8], float (&m)[4], float (&l)[4], float (&alpha)[4],
+                                               float* colmax, int c, int w, int g, int q4) {
   bool above = false;
 #pragma unroll
-  for (int i = 0; i < kN / 2; ++i) above |= sc[i] > m[slot_of_reg(i)] + kRescaleSlack;
+  for (int i = 0; i < 8; ++i) above |= sc[i] > m[slot_of_reg(i)] + kRescaleSlack;
   if (!named_bar_or(kBarVote + c, 128, above)) return false;
-  float mx[kSlots];
+  float mx[4];
 #pragma unroll
-  for (int k = 0; k < kSlots; ++k) mx[k] = -INFINITY;
+  for (int k = 0; k < 4; ++k) mx[k] = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < kN / 2; ++i) mx[slot_of_reg(i)] = fmaxf(mx[slot_of_reg(i)], sc[i]);
+  for (int i = 0; i < 8; ++i) mx[slot_of_reg(i)] = fmaxf(mx[slot_of_reg(i)], sc[i]);
 #pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
+  for (int k = 0; k < 4; ++k) {
     mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
     mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
     mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
   }
   if (g == 0) {
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) colmax[w * kN + col_of_slot(q4, k)] = mx[k];
+    for (int k = 0; k < 4; ++k) colmax[w * kWgRows + col_of_slot(q4, k)] = mx[k];
   }
   named_bar_sync(kBarMax + c, 128);
   bool grew = false;
 #pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
+  for (int k = 0; k < 4; ++k) {
     const int n = col_of_slot(q4, k);
-    const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kN + n]), fmaxf(colmax[2 * kN + n], colmax[3 * kN + n]));
+    const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kWgRows + n]), fmaxf(colmax[2 * kWgRows + n], colmax[3 * kWgRows + n]));
     alpha[k] = 1.0f;
     if (tile_max > m[k] + kRescaleSlack) {
       const float m_new = fmaxf(m[k], tile_max);
@@ -369,26 +322,22 @@ __device__ __forceinline__ bool rescale_maxima(const float (&sc)[kN / 2], float 
   return __any_sync(0xffffffffu, grew);
 }
 
-// P = exp2(s - m) as bf16 into rows kN c .. of P^T by kN / 16 stmatrix.x4.trans (x: rows
-// kN c + 16 x .., registers 8 x ..: the layout header); l gains the row sums.
-template <int kN>
-__device__ __forceinline__ void store_pt(const float (&sc)[kN / 2], const float (&m)[kN / 4], float (&l)[kN / 4],
-                                         uint32_t pt_base, int c, int w, int lane) {
-  const int ln = static_cast<int>(opaque(static_cast<uint32_t>(lane)));
+// P = exp2(s - m) as bf16 into rows 16 c .. of P^T by one stmatrix.x4.trans (register j packs
+// accumulators 4 (j / 2) + 2 (j % 2) and + 1: layout header); l gains the row sums.
+__device__ __forceinline__ void store_pt(const float (&sc)[8], const float (&m)[4], float (&l)[4], uint32_t pt_base, int c,
+                                         int w, int lane) {
+  uint32_t r[4];
 #pragma unroll
-  for (int x = 0; x < kN / 16; ++x) {
-    uint32_t r[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 8 * x + 4 * (j / 2) + 2 * (j % 2), k = slot_of_reg(i);  // registers i, i + 1: slots k, k + 1
-      const float p0 = ex2(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
-      const float p1 = ex2(sc[i + 1] - (m[k + 1] == -INFINITY ? 0.0f : m[k + 1]));
-      l[k] += p0;
-      l[k + 1] += p1;
-      r[j] = pack_bf16x2(p0, p1);
-    }
-    stmatrix_x4_trans(pt_base + kmb::sw128(kmb::pt_row(kN * c + 16 * x, ln), kmb::pt_key(w, ln)), r);
+  for (int j = 0; j < 4; ++j) {
+    const int i = 4 * (j / 2) + 2 * (j % 2), k = slot_of_reg(i);  // registers i, i + 1: slots k, k + 1
+    const float p0 = ex2(sc[i] - (m[k] == -INFINITY ? 0.0f : m[k]));
+    const float p1 = ex2(sc[i + 1] - (m[k + 1] == -INFINITY ? 0.0f : m[k + 1]));
+    l[k] += p0;
+    l[k + 1] += p1;
+    r[j] = pack_bf16x2(p0, p1);
   }
+  const int ln = static_cast<int>(opaque(static_cast<uint32_t>(lane)));
+  stmatrix_x4_trans(pt_base + kmb::sw128(kmb::pt_row(c, ln), kmb::pt_key(w, ln)), r);
 }
 
 // Features f, f + 1 of row r (already scaled): bf16 o when the call has one split, else the
@@ -410,22 +359,16 @@ __device__ __forceinline__ void store_pair(const MlaAttentionParams& p, const Se
   }
 }
 
-template <bool kQFp8, int kRows>
+template <bool kQFp8>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t) {
-  using F = Form<kRows>;
-  constexpr int kN = F::kWgRows, kSlots = kN / 4, kOSlots = kRows / 4;
-  // QK in groups of 4 k-steps (2 in the wide form: with 4, its consumers spilled 76 bytes and
-  // reloaded them per tile; with 2, 24 bytes, a few reloads a tile).
-  constexpr int kQkGroup = kRows == 32 ? 4 : 2;
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
-  float* colmax = reinterpret_cast<float*>(base_ptr + F::kOffMax) + c * 4 * kN;  // [4 warps][kN]
-  float* ml = reinterpret_cast<float*>(base_ptr + F::kOffMl);                     // [m, l][kRows]
-  int* lim_s = reinterpret_cast<int*>(base_ptr + F::kOffLim);                     // [kRows]
-  float* alpha_s = reinterpret_cast<float*>(base_ptr + F::kOffAlpha);             // [2][kRows]
-  int* grew_s = reinterpret_cast<int*>(base_ptr + F::kOffGrew);                   // [2][2]
-  // Q rows kN c ..: row 16 c of the 32-row tile (1024-byte aligned), or the second 32-row tile.
-  const uint32_t q_lo = sw128_lo(base + F::kOffQ + (kRows == 32 ? c * 16 * 128 : c * kmb::kQTileBytes));
+  float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kWgRows;  // [4 warps][16]
+  float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                          // [m, l][32]
+  int* lim_s = reinterpret_cast<int*>(base_ptr + kOffLim);                          // [32]
+  float* alpha_s = reinterpret_cast<float*>(base_ptr + kOffAlpha);                  // [2][32]
+  int* grew_s = reinterpret_cast<int*>(base_ptr + kOffGrew);                        // [2][2]
+  const uint32_t q_lo = sw128_lo(base + kOffQ + c * kWgRows * 128);  // rows 16 c ..: 1024-byte aligned
   uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
@@ -436,96 +379,84 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         const int r = tp.r0 + t;
         lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
       }
-      load_q<kQFp8, kRows>(p, s, tp, base_ptr, t + 128 * c);
+      load_q<kQFp8>(p, s, tp, base_ptr, t + 128 * c);
       fence_proxy_async();
       named_bar_sync(kBarQ, kConsumerThreads);
     }
 
-    float o[kmb::kPvTiles][kRows / 2];
+    float o[kmb::kPvTiles][16];
 #pragma unroll
     for (int mm = 0; mm < kmb::kPvTiles; ++mm)
 #pragma unroll
-      for (int i = 0; i < kRows / 2; ++i) o[mm][i] = 0.0f;
-    float m[kSlots], l[kSlots];  // this warpgroup's kN rows
+      for (int i = 0; i < 16; ++i) o[mm][i] = 0.0f;
+    float m[4], l[4];  // this warpgroup's 16 rows
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) m[k] = -INFINITY, l[k] = 0.0f;
+    for (int k = 0; k < 4; ++k) m[k] = -INFINITY, l[k] = 0.0f;
 
     for (int j = 0; j < tp.ntiles; ++j) {
-      const int buf = j & 1;
-      uint32_t stage[F::kSub], empty[F::kSub];
-#pragma unroll
-      for (int h = 0; h < F::kSub; ++h) {
-        const uint32_t si = (ti_run + static_cast<uint32_t>(j)) * F::kSub + h;
-        const int st = static_cast<int>(si % F::kStages);
-        mbar_wait(base + F::kBarFull + 8 * st, (si / F::kStages) & 1);
-        stage[h] = base + F::kOffStages + st * F::kStageBytes;
-        empty[h] = base + F::kBarEmpty + 8 * st;
-      }
-      float sc[kN / 2];
-      {
-        // The warp's 16 keys lie in one stage: stage (16 w) / kStageKeys (a select, not an index:
-        // a register array indexed at run time goes to local memory).
-        const int key = kmb::qk_key(w, lane);
-        const uint32_t st_base = F::kSub == 1 || 16 * w < F::kStageKeys ? stage[0] : stage[F::kSub - 1];
-        qk_tile<kN, kQkGroup>(sc, st_base + (key % F::kStageKeys) * kmb::kRowBytes + kmb::qk_byte(0, lane), q_lo);
-      }
+      const uint32_t ti = ti_run + static_cast<uint32_t>(j);
+      const int st = static_cast<int>(ti % kStages), buf = j & 1;
+      mbar_wait(base + kBarFull + 8 * st, (ti / kStages) & 1);
+      const uint32_t tile = base + kOffStages + st * kmb::kStageBytes;
+      float sc[8];
+      qk_tile(sc, tile, q_lo, w, lane);
       uint32_t pv_a[kmb::kPvTiles][4];
-      pv_load(pv_a, pv_row<kRows>(stage, 0, c, w, lane));  // PV's first loads, landing during the softmax
+      pv_load(pv_a, tile, c, w, lane, 0);  // PV's first loads, landing during the softmax
 #pragma unroll
       for (int mm = 0; mm < kmb::kPvTiles; ++mm) fence_operands(o[mm]);
 
-      scale_scores<kN>(sc, p.scale_log2, s.begin + j * kKeys, tp.kv_end, lim_first, lim_s + kN * c, w, g, q4);
-      float alpha[kSlots];
-      const bool grew = rescale_maxima<kN>(sc, m, l, alpha, colmax, c, w, g, q4);
+      scale_scores(sc, p.scale_log2, s.begin + j * kKeys, tp.kv_end, lim_first, lim_s + kWgRows * c, w, g, q4);
+      float alpha[4];
+      const bool grew = rescale_maxima(sc, m, l, alpha, colmax, c, w, g, q4);
       if (grew && w == 0 && g == 0) {
 #pragma unroll
-        for (int k = 0; k < kSlots; ++k) alpha_s[buf * kRows + kN * c + col_of_slot(q4, k)] = alpha[k];
+        for (int k = 0; k < 4; ++k) alpha_s[buf * kRows + kWgRows * c + col_of_slot(q4, k)] = alpha[k];
       }
       if (t == 0) grew_s[2 * buf + c] = grew;
-      store_pt<kN>(sc, m, l, base + F::kOffPt + buf * F::kPtBytes, c, w, lane);
+      store_pt(sc, m, l, base + kOffPt + buf * kPtBytes, c, w, lane);
       fence_proxy_async();  // P^T (generic stores) -> the async proxy of the wgmma
       named_bar_sync(kBarP, kConsumerThreads);
-      // Both warpgroups' factors on the kRows columns of this warpgroup's O^T.
+      // Both warpgroups' factors on the 32 columns of this warpgroup's O^T.
       const int grew0 = grew_s[2 * buf], grew1 = grew_s[2 * buf + 1];
       if (grew0 | grew1) {
-        float a[kOSlots];
+        float a[8];
 #pragma unroll
-        for (int k = 0; k < kOSlots; ++k) {
+        for (int k = 0; k < 8; ++k) {
           const int n = col_of_slot(q4, k);
-          a[k] = (n < kN ? grew0 : grew1) ? alpha_s[buf * kRows + n] : 1.0f;
+          a[k] = (n < kWgRows ? grew0 : grew1) ? alpha_s[buf * kRows + n] : 1.0f;
         }
 #pragma unroll
         for (int mm = 0; mm < kmb::kPvTiles; ++mm)
 #pragma unroll
-          for (int i = 0; i < kRows / 2; ++i) o[mm][i] *= a[slot_of_reg(i)];
+          for (int i = 0; i < 16; ++i) o[mm][i] *= a[slot_of_reg(i)];
       }
-      pv_tile<kRows>(o, pv_a, stage, empty, sw128_lo(base + F::kOffPt + buf * F::kPtBytes), c, w, lane);
+      pv_tile(o, pv_a, tile, sw128_lo(base + kOffPt + buf * kPtBytes), base + kBarEmpty + 8 * st, c, w, lane);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int mm = 0; mm < kmb::kPvTiles; ++mm) fence_operands(o[mm]);
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
-    // Row sums of the warpgroup's kN rows: the 8 lanes g by shuffles, the 4 warps through colmax
-    // (free: every warp passed the P barrier after its last read), then m and l of all rows
+    // Row sums of the warpgroup's 16 rows: the 8 lanes g by shuffles, the 4 warps through colmax
+    // (free: every warp passed the P barrier after its last read), then m and l of all 32 rows
     // through shared memory.
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
+    for (int k = 0; k < 4; ++k) {
       l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
       l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
       l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
     }
     if (g == 0) {
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) colmax[w * kN + col_of_slot(q4, k)] = l[k];
+      for (int k = 0; k < 4; ++k) colmax[w * kWgRows + col_of_slot(q4, k)] = l[k];
     }
     named_bar_sync(kBarMax + c, 128);
     if (w == 0 && g == 0) {
 #pragma unroll
-      for (int k = 0; k < kSlots; ++k) {
+      for (int k = 0; k < 4; ++k) {
         const int n = col_of_slot(q4, k);
-        ml[kN * c + n] = m[k];
-        ml[kRows + kN * c + n] = (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
+        ml[kWgRows * c + n] = m[k];
+        ml[kRows + kWgRows * c + n] = (colmax[n] + colmax[kWgRows + n]) + (colmax[2 * kWgRows + n] + colmax[3 * kWgRows + n]);
       }
     }
     named_bar_sync(kBarMerge, kConsumerThreads);
@@ -534,7 +465,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     // adjacent features: even g (F + g, F + g + 1), odd g (F + g + 7, F + g + 8).
     const bool odd = (g & 1) != 0;
 #pragma unroll
-    for (int k = 0; k < kOSlots; ++k) {
+    for (int k = 0; k < 8; ++k) {
       const int n = col_of_slot(q4, k);
       const bool live = n < tp.rows_here;
       const auto [scale, lse2] = mla_row_end(s.bad_len, ml[n], ml[kRows + n], p.out_scale);
@@ -558,9 +489,8 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   }
 }
 
-template <bool kQFp8, int kRows>
+template <bool kQFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_bf16_kernel(const __grid_constant__ MlaAttentionParams p) {
-  using F = Form<kRows>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -569,9 +499,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_bf16_kernel(
   const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
   if (p.combine_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (tid == 0) {
-    for (int st = 0; st < F::kStages; ++st) {
-      mbar_init(base + F::kBarFull + 8 * st, 4);   // each producer warp's lane 0 (+ transaction bytes)
-      mbar_init(base + F::kBarEmpty + 8 * st, 8);  // every consumer warp
+    for (int st = 0; st < kStages; ++st) {
+      mbar_init(base + kBarFull + 8 * st, 4);   // each producer warp's lane 0 (+ transaction bytes)
+      mbar_init(base + kBarEmpty + 8 * st, 8);  // every consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -582,38 +512,35 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_bf16_kernel(
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
-    producer<kRows>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
+    producer(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     // The warpgroup index through a shuffle: warp-uniform for the compiler (uniform registers for
     // what derives from it, as in the fp8 kernel).
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
-    consumer<kQFp8, kRows>(p, s, split, base, base_ptr, c, tid % 128);
+    consumer<kQFp8>(p, s, split, base, base_ptr, c, tid % 128);
   }
 }
 
-template <bool kQFp8, int kRows>
+template <bool kQFp8>
 void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
-  constexpr uint32_t kSmem = Form<kRows>::kSmemBytes;
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_bf16_kernel<kQFp8, kRows>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)));
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_bf16_kernel<kQFp8>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_keys_m_bf16_kernel<kQFp8, kRows><<<grid, kThreads, kSmem, s>>>(p);
-  KESTREL_LAUNCHED(kRows == 64 ? (kQFp8 ? "mla_attention_keys_m_bf16_kernel<bf16 cache, fp8 q, fast P, 64 rows>"
-                                        : "mla_attention_keys_m_bf16_kernel<bf16 cache, bf16 q, fast P, 64 rows>")
-                               : (kQFp8 ? "mla_attention_keys_m_bf16_kernel<bf16 cache, fp8 q, fast P>"
-                                        : "mla_attention_keys_m_bf16_kernel<bf16 cache, bf16 q, fast P>"));
+  mla_attention_keys_m_bf16_kernel<kQFp8><<<grid, kThreads, kSmemBytes, s>>>(p);
+  KESTREL_LAUNCHED(kQFp8 ? "mla_attention_keys_m_bf16_kernel<bf16 cache, fp8 q, fast P>"
+                         : "mla_attention_keys_m_bf16_kernel<bf16 cache, bf16 q, fast P>");
 }
 
 }  // namespace
 
-void launch_mla_attention_keys_m_bf16(const MlaAttentionParams& p, dim3 grid, bool fp8_q, bool wide, cudaStream_t s) {
-  if (wide) {
-    fp8_q ? launch<true, 64>(p, grid, s) : launch<false, 64>(p, grid, s);
+void launch_mla_attention_keys_m_bf16(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s) {
+  if (fp8_q) {
+    launch<true>(p, grid, s);
   } else {
-    fp8_q ? launch<true, 32>(p, grid, s) : launch<false, 32>(p, grid, s);
+    launch<false>(p, grid, s);
   }
 }
 

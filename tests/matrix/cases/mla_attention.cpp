@@ -180,7 +180,6 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
              kernel == ops::MlaAttentionKernel::wgmma_keys_m        ? "-km"
              : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "-kmw"
              : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "-kmb"
-             : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16_wide ? "-kmbw"
                                                                     : "",
              fast ? "-fastP" : "");
   c.size = s.size;
@@ -382,18 +381,17 @@ void add_mla_attention_cases(Registry& r, Size size) {
   for (const AttnShape& s : shapes(size))
     for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, fp8, var, ++plan_seed, fp8, wide, fastp);
   for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, fp8, var, ++plan_seed, fp8, wide, fastp);
-  // The bf16-cache keys-as-M kernel ("-kmb": 32 query rows per CTA, "-kmbw": 64; the fast
-  // precision only, NOT_SUPPORTED otherwise): every shape, plain and strided, with a bf16 q; an
-  // fp8 q on the shapes that have fp8-q cases; the odd page sizes (64-key tiles from up to 22 pages).
+  // The bf16-cache keys-as-M kernel ("-kmb": 32 query rows per CTA, the fast precision only,
+  // NOT_SUPPORTED otherwise): every shape, plain and strided, with a bf16 q; an fp8 q on the
+  // shapes that have fp8-q cases; the odd page sizes (64-key tiles from up to 22 pages).
+  constexpr auto keys_m_bf16 = ops::MlaAttentionKernel::wgmma_keys_m_bf16;
   constexpr DType bf16 = DType::bf16;
-  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m_bf16, ops::MlaAttentionKernel::wgmma_keys_m_bf16_wide}) {
-    for (const AttnShape& s : shapes(size))
-      for (Variant var : {Variant::plain, Variant::strided}) {
-        add_case(r, s, bf16, var, ++plan_seed, bf16, kernel, fastp);
-        if (s.fp8_q) add_case(r, s, bf16, var, ++plan_seed, fp8, kernel, fastp);
-      }
-    for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, bf16, var, ++plan_seed, bf16, kernel, fastp);
-  }
+  for (const AttnShape& s : shapes(size))
+    for (Variant var : {Variant::plain, Variant::strided}) {
+      add_case(r, s, bf16, var, ++plan_seed, bf16, keys_m_bf16, fastp);
+      if (s.fp8_q) add_case(r, s, bf16, var, ++plan_seed, fp8, keys_m_bf16, fastp);
+    }
+  for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, bf16, var, ++plan_seed, bf16, keys_m_bf16, fastp);
 }
 
 }  // namespace kestrel::matrix
