@@ -405,14 +405,15 @@ TEST_F(MlaAttentionCuda, KeysMBlockCopiesDoNotChangeTheBits) {
   }
 }
 
-// The look-ahead tests' check: both problems' outputs poisoned (NaN), run, then `tma` (TMA mode,
-// names `tma_name` asserted present or absent as `tma_expected`) and `relayout` (never looks
-// ahead) give the same o and lse bits, and every o is rewritten and finite.
+// The look-ahead tests' check: both problems' outputs poisoned (NaN), run on v2 (forced: the
+// automatic choice may take the bf16 keys-as-M kernel), then `tma` (TMA mode, names `tma_name`
+// asserted present or absent as `tma_expected`) and `relayout` (never looks ahead) give the same
+// o and lse bits, and every o is rewritten and finite.
 void expect_lookahead_bits(Problem& tma, Problem& relayout, MlaAttentionPrecision pr, const std::string& tma_name,
                            bool tma_expected, const std::string& what) {
   for (Problem* p : {&tma, &relayout}) poison_outputs(*p);
-  const auto tma_log = run(tma, MlaAttentionKernel::automatic, pr);
-  const auto relayout_log = run(relayout, MlaAttentionKernel::automatic, pr);
+  const auto tma_log = run(tma, MlaAttentionKernel::wgmma, pr);
+  const auto relayout_log = run(relayout, MlaAttentionKernel::wgmma, pr);
   EXPECT_TRUE(launched(tma_log, ", tma")) << what;
   EXPECT_EQ(launched(tma_log, tma_name), tma_expected) << what;
   EXPECT_FALSE(launched(relayout_log, "look-ahead")) << what;
