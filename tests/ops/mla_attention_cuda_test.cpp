@@ -405,6 +405,41 @@ TEST_F(MlaAttentionCuda, KeysMBlockCopiesDoNotChangeTheBits) {
   }
 }
 
+// The bf16 keys-as-M kernel rescales each O^T column by the flag of the warpgroup that owns it:
+// heads 16 .. 31 (warpgroup 1's rows) query along key 200's row, 40x, so their maximum jumps by far
+// more than the slack at the tile of key 200 while heads 0 .. 15 (random queries) never rescale
+// after the first tile. Both warpgroups hold O^T columns of every head, so a column rescaled by the
+// wrong flag leaves heads 16 .. 31's o far from key 200's value row, which the softmax puts there
+// (its weight is 1 within e^-500); heads 0 .. 15 match v2's fast precision within 2^-6.
+TEST_F(MlaAttentionCuda, KeysMBf16RescalesEachColumnByItsOwner) {
+  constexpr int64_t kH = 32, kKey = 200;
+  const std::vector<int32_t> lens(8, 300);
+  Problem p = make(64, DType::bf16, lens, 51, kH);
+  const std::vector<uint16_t> cache = testing_util::download<uint16_t>(p.cache);
+  std::vector<uint16_t> q = testing_util::download<uint16_t>(p.q);
+  const auto key_row = [&](int64_t b) {
+    const int64_t page = p.table[static_cast<size_t>(b * p.max_pages() + kKey / 64)];
+    return cache.begin() + (page * 64 + kKey % 64) * kMlaRow;
+  };
+  for (int64_t b = 0; b < p.B(); ++b)
+    for (int64_t h = 16; h < kH; ++h)
+      for (int64_t d = 0; d < kMlaRow; ++d)
+        q[static_cast<size_t>((b * kH + h) * kMlaRow + d)] = f32_to_bf16(40.0f * bf16_to_f32(key_row(b)[d]));
+  p.q = upload(q, {p.B(), kH, kMlaRow}, DType::bf16, Device::cuda);
+  poison_outputs(p);
+  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma_keys_m_bf16, MlaAttentionPrecision::fast), "keys_m_bf16"));
+  const std::vector<uint16_t> o = testing_util::download<uint16_t>(p.o);
+  run(p, MlaAttentionKernel::wgmma, MlaAttentionPrecision::fast);
+  const std::vector<uint16_t> o_v2 = testing_util::download<uint16_t>(p.o);
+  for (int64_t b = 0; b < p.B(); ++b)
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t f = 0; f < kMlaNope; ++f) {
+        const size_t i = static_cast<size_t>((b * kH + h) * kMlaNope + f);
+        const float want = h >= 16 ? bf16_to_f32(key_row(b)[f]) : bf16_to_f32(o_v2[i]);
+        ASSERT_NEAR(bf16_to_f32(o[i]), want, h >= 16 ? 1e-2f : 1.0f / 64) << "sequence " << b << " head " << h << " feature " << f;
+      }
+}
+
 // The look-ahead tests' check: both problems' outputs poisoned (NaN), run on v2 (forced: the
 // automatic choice may take the bf16 keys-as-M kernel), then `tma` (TMA mode, names `tma_name`
 // asserted present or absent as `tma_expected`) and `relayout` (never looks ahead) give the same
