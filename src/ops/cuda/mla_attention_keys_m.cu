@@ -125,6 +125,7 @@
 #include "kestrel/ops/mla_attention.h"
 #include "mla_attention_common.cuh"
 #include "mla_attention_keys_m_layout.h"
+#include "mla_attention_keys_m_softmax.cuh"
 #include "mla_attention_sm90_layout.h"
 #include "mma_bf16.cuh"
 #include "sm90_ptx.cuh"
@@ -156,6 +157,11 @@ using sm90::wgmma_fence;
 using sm90::wgmma_m64n32k16_rs;
 using sm90::wgmma_m64n32k32_e4m3_rs;
 using sm90::wgmma_wait;
+using keys_m_softmax::col_of_slot;
+using keys_m_softmax::publish_row_sums;
+using keys_m_softmax::rescale_maxima;
+using keys_m_softmax::row_sum;
+using keys_m_softmax::slot_of_reg;
 constexpr int kDqk = km::kDqk, kDv = km::kDv;
 
 constexpr int kN = static_cast<int>(kMlaAttentionKeysMTileRows);  // query rows per CTA: the N of both products
@@ -167,7 +173,6 @@ constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
 constexpr int kStages = 4;
-constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (f16 holds it)
 constexpr uint8_t kE4m3Nan = 0x7f;
 
 constexpr int kWide = km::kWideRows;  // query rows per CTA of the wide instantiation
@@ -220,16 +225,6 @@ __device__ __forceinline__ void fp8x4_to_f16x2x2(uint32_t w, uint32_t& lo, uint3
   asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
       : "=r"(lo), "=r"(hi)
       : "r"(w));
-}
-
-// bar.red.or over `count` threads of named barrier `id`: whether any of them passed true.
-__device__ __forceinline__ bool named_bar_or(int id, int count, bool v) {
-  uint32_t r;
-  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-               : "=r"(r)
-               : "r"(static_cast<uint32_t>(v)), "r"(id), "r"(count)
-               : "memory");
-  return r != 0;
 }
 
 // 16 bytes at a shared-memory address (32-bit: a base register plus an immediate, where generic
@@ -302,8 +297,6 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
 // registers i (S^T: 16; O^T: 16 per m-tile) hold rows 16 w + g + 8 ((i / 2) % 2) and the query
 // rows (columns) n = 8 (i / 4) + 2 q4 + i % 2, i.e. column slot k = 2 (i / 4) + i % 2 of the
 // thread's 8 columns n_k = 8 (k / 2) + 2 q4 + k % 2.
-__device__ __forceinline__ int col_of_slot(int q4, int k) { return 8 * (k / 2) + 2 * q4 + k % 2; }
-__device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; }
 
 // Q of the row tile (kRows rows) into shared memory: f16, feature f of row n at column
 // km::q_store_col(f) of the 32-row swizzled tile, or with kFp8Qk the e4m3 bytes in natural order
@@ -527,26 +520,6 @@ __device__ __forceinline__ void store_row(const MlaAttentionParams& p, const Seq
   }
 }
 
-// The row sums of a warpgroup at a row tile's end: the thread's rows, the 8 lanes g by shuffles,
-// then the 4 warps' partial sums through colmax (free: every warp passed the P barrier after its
-// last read); row_sum gives column n's total after the barrier.
-__device__ __forceinline__ void publish_row_sums(float (&l)[8], float* colmax, int c, int w, int g, int q4) {
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
-    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
-    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = l[k];
-  }
-  named_bar_sync(kBarMax + c, 128);
-}
-__device__ __forceinline__ float row_sum(const float* colmax, int n) {
-  return (colmax[n] + colmax[kN + n]) + (colmax[2 * kN + n] + colmax[3 * kN + n]);
-}
-
 // A row tile's start in either consumer: once every QK (and read of the limits, m and l) of the
 // previous row tile is done, the causal limit (keys < lim) of each of the kRows rows (0 for padded
 // rows) and Q, published to both warpgroups and the wgmma's async proxy. Nothing when the tile
@@ -586,56 +559,6 @@ __device__ __forceinline__ void scale_scores(float (&sc)[16], float scale_log2, 
       sc[i] = ok ? sc[i] * scale_log2 : -INFINITY;
     }
   }
-}
-
-// Lazy rescaling: the column maxima are exchanged only when some score of the warpgroup exceeds
-// its column's m by more than the slack (m = -inf: any attended key); the common tile costs one
-// bar.red instead of shuffles, a barrier and shared-memory traffic. When some column's m moved
-// (the same answer in every warp: all read the same maxima) it calls rescale(alpha) with the
-// factor of each of the thread's 8 columns (1 where m stayed), by which l is already scaled and
-// O^T must be; returns whether it did. (A callback: the factors returned to the caller made
-// ptxas spill in the 32-row consumer.)
-template <class Rescale>
-__device__ __forceinline__ bool rescale_maxima(const float (&sc)[16], float (&m)[8], float (&l)[8], float* colmax, int c,
-                                               int w, int g, int q4, Rescale&& rescale) {
-  bool above = false;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) above |= sc[i] > m[slot_of_reg(i)] + kRescaleSlack;
-  if (!named_bar_or(kBarVote + c, 128, above)) return false;
-  float mx[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) mx[k] = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) mx[slot_of_reg(i)] = fmaxf(mx[slot_of_reg(i)], sc[i]);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int k = 0; k < 8; ++k) colmax[w * kN + col_of_slot(q4, k)] = mx[k];
-  }
-  named_bar_sync(kBarMax + c, 128);
-  float alpha[8];
-  bool grew = false;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    const int n = col_of_slot(q4, k);
-    const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kN + n]), fmaxf(colmax[2 * kN + n], colmax[3 * kN + n]));
-    alpha[k] = 1.0f;
-    if (tile_max > m[k] + kRescaleSlack) {
-      const float m_new = fmaxf(m[k], tile_max);
-      alpha[k] = exp2f(m[k] - m_new);  // 0 while nothing was attended
-      m[k] = m_new;
-      l[k] *= alpha[k];
-      grew = true;
-    }
-  }
-  if (!__any_sync(0xffffffffu, grew)) return false;
-  rescale(alpha);
-  return true;
 }
 
 // P = exp2(s - m) into P^T (32 rows at pt_base; exact P's lo kPtBytes further) by two
@@ -712,7 +635,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 
       // Softmax along the keys (base 2; masked keys -inf; m_use 0 while nothing is attended).
       scale_scores<kFp8Qk>(sc, p.scale_log2, s.begin + j * kKeys, tp.kv_end, lim_first, lim_s, w, g, q4);
-      rescale_maxima(sc, m, l, colmax, c, w, g, q4, [&](const float (&alpha)[8]) {
+      rescale_maxima<kN>(sc, m, l, colmax, kBarVote + c, 128, kBarMax + c, w, g, q4, [&](const float (&alpha)[8]) {
 #pragma unroll
         for (int mm = 0; mm < 8; ++mm)
 #pragma unroll
@@ -728,9 +651,9 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     for (int mm = 0; mm < 8; ++mm) fence_operands(o[mm]);
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
-    publish_row_sums(l, colmax, c, w, g, q4);
+    publish_row_sums<kN>(l, colmax, kBarMax + c, w, g, q4);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) l[k] = row_sum(colmax, col_of_slot(q4, k));
+    for (int k = 0; k < 8; ++k) l[k] = row_sum<kN>(colmax, col_of_slot(q4, k));
     if (w == 0 && g == 0) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -894,7 +817,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       for (int mm = 0; mm < km::kPvTilesWide; ++mm) fence_operands(o[mm]);
 
       scale_scores<true>(sc, p.scale_log2, s.begin + j * kKeys, tp.kv_end, lim_first, lim_s + kN * c, w, g, q4);
-      const bool grew = rescale_maxima(sc, m, l, colmax, c, w, g, q4, [&](const float (&alpha)[8]) {
+      const bool grew = rescale_maxima<kN>(sc, m, l, colmax, kBarVote + c, 128, kBarMax + c, w, g, q4, [&](const float (&alpha)[8]) {
         if (w == 0 && g == 0) {
 #pragma unroll
           for (int k = 0; k < 8; ++k) alpha_s[buf * kWide + kN * c + col_of_slot(q4, k)] = alpha[k];
@@ -926,13 +849,13 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
     // Row sums of the warpgroup's 32 rows, then m and l of all 64 rows through shared memory.
-    publish_row_sums(l, colmax, c, w, g, q4);
+    publish_row_sums<kN>(l, colmax, kBarMax + c, w, g, q4);
     if (w == 0 && g == 0) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
         const int n = col_of_slot(q4, k);
         ml[kN * c + n] = m[k];
-        ml[kWide + kN * c + n] = row_sum(colmax, n);
+        ml[kWide + kN * c + n] = row_sum<kN>(colmax, n);
       }
     }
     named_bar_sync(kBarMerge, kConsumerThreads);

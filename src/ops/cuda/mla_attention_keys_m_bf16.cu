@@ -62,6 +62,7 @@
 #include "kestrel/ops/mla_attention.h"
 #include "mla_attention_common.cuh"
 #include "mla_attention_keys_m_bf16_layout.h"
+#include "mla_attention_keys_m_softmax.cuh"
 #include "mla_attention_sm90_layout.h"
 #include "mma_bf16.cuh"
 #include "sm90_ptx.cuh"
@@ -89,13 +90,17 @@ using sm90::sw128_lo;
 using sm90::wgmma_commit;
 using sm90::wgmma_fence;
 using sm90::wgmma_wait;
+using keys_m_softmax::col_of_slot;
+using keys_m_softmax::publish_row_sums;
+using keys_m_softmax::rescale_maxima;
+using keys_m_softmax::row_sum;
+using keys_m_softmax::slot_of_reg;
 
 constexpr int kKeys = kmb::kKeys, kRows = kmb::kRows, kWgRows = kmb::kWgRows;
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
 constexpr int kStages = 2;
-constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales
 constexpr uint32_t kBf16NanPair = 0x7fc07fc0u;
 
 constexpr uint32_t kQBytes = kmb::kDqk / 64 * kRows * 128;  // 36,864
@@ -120,16 +125,6 @@ constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarVote = 8;
 
 using SeqPlan = MlaSeqPlan;
 using TilePlan = MlaTilePlan;
-
-// bar.red.or over `count` threads of named barrier `id`: whether any of them passed true.
-__device__ __forceinline__ bool named_bar_or(int id, int count, bool v) {
-  uint32_t r;
-  asm volatile("{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
-               : "=r"(r)
-               : "r"(static_cast<uint32_t>(v)), "r"(id), "r"(count)
-               : "memory");
-  return r != 0;
-}
 
 // ---- producer warpgroup ----------------------------------------------------------------------------
 // Warp pw (0 .. 3) copies keys 16 pw .. 16 pw + 15 of each tile, one row per lane 0 .. 15.
@@ -169,8 +164,6 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
 // holds M row 16 w + g + 8 ((i / 2) % 2) and column (query row) 8 (i / 4) + 2 q4 + i % 2, i.e.
 // column slot k = 2 (i / 4) + i % 2 of the thread's columns n_k = 8 (k / 2) + 2 q4 + k % 2
 // (4 slots of S^T's 16 columns, 8 of O^T's 32).
-__device__ __forceinline__ int col_of_slot(int q4, int k) { return 8 * (k / 2) + 2 * q4 + k % 2; }
-__device__ __forceinline__ int slot_of_reg(int i) { return 2 * (i / 4) + i % 2; }
 
 // Q of the row tile into shared memory, bf16 in natural feature order (an fp8 q widened exactly;
 // q_scale stays in the softmax constant); rows past the sequence's rows zero (masked). A thread's
@@ -280,48 +273,6 @@ __device__ __forceinline__ void scale_scores(float (&sc)[8], float scale_log2, i
   }
 }
 
-// Lazy rescaling of the warpgroup's 16 columns (the fp8 kernel's rescale_maxima with 4 slots a
-// thread): returns whether some column's m moved, with its factor in alpha (1 where m stayed),
-// by which l is already scaled and every O^T must be.
-__device__ __forceinline__ bool rescale_maxima(const float (&sc)[8], float (&m)[4], float (&l)[4], float (&alpha)[4],
-                                               float* colmax, int c, int w, int g, int q4) {
-  bool above = false;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) above |= sc[i] > m[slot_of_reg(i)] + kRescaleSlack;
-  if (!named_bar_or(kBarVote + c, 128, above)) return false;
-  float mx[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) mx[k] = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < 8; ++i) mx[slot_of_reg(i)] = fmaxf(mx[slot_of_reg(i)], sc[i]);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 4));
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 8));
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 16));
-  }
-  if (g == 0) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) colmax[w * kWgRows + col_of_slot(q4, k)] = mx[k];
-  }
-  named_bar_sync(kBarMax + c, 128);
-  bool grew = false;
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const int n = col_of_slot(q4, k);
-    const float tile_max = fmaxf(fmaxf(colmax[n], colmax[kWgRows + n]), fmaxf(colmax[2 * kWgRows + n], colmax[3 * kWgRows + n]));
-    alpha[k] = 1.0f;
-    if (tile_max > m[k] + kRescaleSlack) {
-      const float m_new = fmaxf(m[k], tile_max);
-      alpha[k] = exp2f(m[k] - m_new);  // 0 while nothing was attended
-      m[k] = m_new;
-      l[k] *= alpha[k];
-      grew = true;
-    }
-  }
-  return __any_sync(0xffffffffu, grew);
-}
-
 // P = exp2(s - m) as bf16 into rows 16 c .. of P^T by one stmatrix.x4.trans (register j packs
 // accumulators 4 (j / 2) + 2 (j % 2) and + 1: layout header); l gains the row sums.
 __device__ __forceinline__ void store_pt(const float (&sc)[8], const float (&m)[4], float (&l)[4], uint32_t pt_base, int c,
@@ -406,12 +357,14 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       for (int mm = 0; mm < kmb::kPvTiles; ++mm) fence_operands(o[mm]);
 
       scale_scores(sc, p.scale_log2, s.begin + j * kKeys, tp.kv_end, lim_first, lim_s + kWgRows * c, w, g, q4);
-      float alpha[4];
-      const bool grew = rescale_maxima(sc, m, l, alpha, colmax, c, w, g, q4);
-      if (grew && w == 0 && g == 0) {
+      const bool grew = rescale_maxima<kWgRows>(sc, m, l, colmax, kBarVote + c, 128, kBarMax + c, w, g, q4,
+                                                [&](const float (&alpha)[4]) {
+                                                  if (w == 0 && g == 0) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) alpha_s[buf * kRows + kWgRows * c + col_of_slot(q4, k)] = alpha[k];
-      }
+                                                    for (int k = 0; k < 4; ++k)
+                                                      alpha_s[buf * kRows + kWgRows * c + col_of_slot(q4, k)] = alpha[k];
+                                                  }
+                                                });
       if (t == 0) grew_s[2 * buf + c] = grew;
       store_pt(sc, m, l, base + kOffPt + buf * kPtBytes, c, w, lane);
       fence_proxy_async();  // P^T (generic stores) -> the async proxy of the wgmma
@@ -437,26 +390,14 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     for (int mm = 0; mm < kmb::kPvTiles; ++mm) fence_operands(o[mm]);
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
-    // Row sums of the warpgroup's 16 rows: the 8 lanes g by shuffles, the 4 warps through colmax
-    // (free: every warp passed the P barrier after its last read), then m and l of all 32 rows
-    // through shared memory.
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 4);
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 8);
-      l[k] += __shfl_xor_sync(0xffffffffu, l[k], 16);
-    }
-    if (g == 0) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) colmax[w * kWgRows + col_of_slot(q4, k)] = l[k];
-    }
-    named_bar_sync(kBarMax + c, 128);
+    // Row sums of the warpgroup's 16 rows, then m and l of all 32 rows through shared memory.
+    publish_row_sums<kWgRows>(l, colmax, kBarMax + c, w, g, q4);
     if (w == 0 && g == 0) {
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int n = col_of_slot(q4, k);
         ml[kWgRows * c + n] = m[k];
-        ml[kRows + kWgRows * c + n] = (colmax[n] + colmax[kWgRows + n]) + (colmax[2 * kWgRows + n] + colmax[3 * kWgRows + n]);
+        ml[kRows + kWgRows * c + n] = row_sum<kWgRows>(colmax, n);
       }
     }
     named_bar_sync(kBarMerge, kConsumerThreads);
