@@ -410,10 +410,13 @@ TEST_F(MlaAttentionCuda, KeysMBlockCopiesDoNotChangeTheBits) {
 // more than the slack at the tile of key 200 while heads 0 .. 15 (random queries) never rescale
 // after the first tile. Both warpgroups hold O^T columns of every head, so a column rescaled by the
 // wrong flag leaves heads 16 .. 31's o far from key 200's value row, which the softmax puts there
-// (its weight is 1 within e^-500); heads 0 .. 15 match v2's fast precision within 2^-6.
+// (its weight is 1 within e^-500); heads 0 .. 15 match v2's fast precision within 2^-6. 70
+// sequences: one split each on 132 SMs, so key 200 lies in a split's fourth tile (with 8 sequences
+// the splits were single tiles, where every column grows at once, and the check saw nothing).
 TEST_F(MlaAttentionCuda, KeysMBf16RescalesEachColumnByItsOwner) {
   constexpr int64_t kH = 32, kKey = 200;
-  const std::vector<int32_t> lens(8, 300);
+  const std::vector<int32_t> lens(70, 300);
+  EXPECT_EQ(mla_attention_num_splits(70, 1, 320, 132), 1);
   Problem p = make(64, DType::bf16, lens, 51, kH);
   const std::vector<uint16_t> cache = testing_util::download<uint16_t>(p.cache);
   std::vector<uint16_t> q = testing_util::download<uint16_t>(p.q);

@@ -20,6 +20,8 @@
 // it; no exchange, m and l of all rows through shared memory after the merge barrier. Checked
 // there too: no buffer of P^T or of the factors is rewritten while a PV or a reader of either
 // warpgroup may still use it, and m / l are read as both warpgroups wrote them for the row tile.
+// The bf16-cache kernel (src/ops/cuda/mla_attention_keys_m_bf16.cu) runs the wide protocol with
+// two stages (its 32 rows split 16 / 16 in QK change no barrier): the same model with 2 stages.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -34,7 +36,7 @@
 
 namespace {
 
-constexpr int kStages = 4, kProducers = 4, kConsumers = 8;
+constexpr int kMaxStages = 4, kProducers = 4, kConsumers = 8;
 // Named barriers as the kernel numbers them.
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
 
@@ -62,14 +64,15 @@ struct Sim {
   std::condition_variable cv;
   bool failed = false;
   std::string why;
-  MBar full[kStages], empty[kStages];
+  int stages = kMaxStages;  // the ring's stages: 4 (fp8 kernel), 2 (the bf16 kernel)
+  MBar full[kMaxStages], empty[kMaxStages];
   int nb_arrived[16] = {}, nb_gen[16] = {};
   int nb_last_gen[16][16];  // the generation of each warp's last arrival (warps 0-7 consumers, 8-11 producers)
   bool nb_or[16] = {}, nb_or_result[16] = {};
   // Contents: which tile each producer warp's quarter of a stage holds; who reads a stage.
-  long piece[kStages][kProducers];
-  int stage_readers[kStages] = {};
-  int copies_pending[kStages] = {};
+  long piece[kMaxStages][kProducers];
+  int stage_readers[kMaxStages] = {};
+  int copies_pending[kMaxStages] = {};
   int exchange_users = 0;
   // Per warpgroup: PV wgmmas in flight (P^T readers); the tag each warp last wrote into the
   // maxima / sums exchange.
@@ -163,8 +166,8 @@ void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, b
     }
     first = false;
     for (int j = 0; j < ntiles; ++j, ++ti) {
-      const int st = static_cast<int>(ti % kStages);
-      s.wait(s.empty[st], ((ti / kStages) & 1) ^ (bug == kEmptyParity ? 0u : 1u));
+      const int st = static_cast<int>(ti % s.stages);
+      s.wait(s.empty[st], ((ti / s.stages) & 1) ^ (bug == kEmptyParity ? 0u : 1u));
       s.pause(rng);
       // Some rows of the quarter copied, the rest (past the end, or a page outside the cache)
       // written by the warp itself before its arrival; either may be none.
@@ -230,8 +233,8 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, ui
     bool pv_pending = false;
     for (int j = c; j < ntiles; j += 2) {
       const unsigned ti = ti_run + static_cast<unsigned>(j);
-      const int st = static_cast<int>(ti % kStages);
-      s.wait(s.full[st], (ti / kStages) & 1);
+      const int st = static_cast<int>(ti % s.stages);
+      s.wait(s.full[st], (ti / s.stages) & 1);
       start_reading(s, w, st, ti);
       if (bug == kEarlyRelease) s.arrive(s.empty[st]);  // (it still reads the stage below)
       s.pause(rng);
@@ -315,8 +318,8 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
     int pv_buf = -1;  // the buffer this warp's PV in flight reads
     for (int j = 0; j < ntiles; ++j) {
       const unsigned ti = ti_run + static_cast<unsigned>(j);
-      const int st = static_cast<int>(ti % kStages), b = bug == kWideOneBuffer ? 0 : j % 2;
-      s.wait(s.full[st], (ti / kStages) & 1);
+      const int st = static_cast<int>(ti % s.stages), b = bug == kWideOneBuffer ? 0 : j % 2;
+      s.wait(s.full[st], (ti / s.stages) & 1);
       start_reading(s, w, st, ti);
       s.pause(rng);
       if (pv_buf >= 0) {  // QK's first wait_group 0 retires this warp's PV of the tile before
@@ -384,9 +387,11 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
   }
 }
 
-std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false) {
+std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false,
+                      int stages = kMaxStages) {
   Sim s;
-  for (int st = 0; st < kStages; ++st) {
+  s.stages = stages;
+  for (int st = 0; st < stages; ++st) {
     s.init_bar(s.full[st], kProducers);  // each producer warp's lane 0 (+ transaction bytes)
     // the warps that read the tile: the owning warpgroup's, or (wide) all 8
     s.init_bar(s.empty[st], wide && bug != kWideEmpty4 ? 8 : 4);
@@ -494,6 +499,31 @@ TEST(MlaAttentionKeysMProtocol, WidePlantedBugsAreCaught) {
   auto caught = [&](int bug) {
     for (uint64_t seed = 10; seed < 40; ++seed)
       if (!run_model(tiles, seed, bug, true).empty()) return true;
+    return false;
+  };
+  EXPECT_TRUE(caught(kWideOneBuffer)) << "one P^T buffer";
+  EXPECT_TRUE(caught(kWideEmpty4)) << "a stage freed when one warpgroup is done with it";
+  EXPECT_TRUE(caught(kEmptyParity)) << "empty parity without ^ 1";
+}
+
+// The bf16-cache kernel's protocol: the wide one with two stages.
+TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesRandomRowTiles) {
+  std::mt19937_64 rng(23);
+  for (int iter = 0; iter < 40; ++iter) {
+    std::vector<int> ntiles(1 + rng() % 4);
+    for (int& n : ntiles) n = static_cast<int>(rng() % 10);
+    const std::string err = run_model(ntiles, rng(), kNone, true, 2);
+    std::string list;
+    for (int n : ntiles) list += std::to_string(n) + " ";
+    ASSERT_EQ(err, "") << "row tiles [" << list << "]";
+  }
+}
+
+TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesPlantedBugsAreCaught) {
+  const std::vector<int> tiles = {7, 0, 9, 5, 8};
+  auto caught = [&](int bug) {
+    for (uint64_t seed = 10; seed < 40; ++seed)
+      if (!run_model(tiles, seed, bug, true, 2).empty()) return true;
     return false;
   };
   EXPECT_TRUE(caught(kWideOneBuffer)) << "one P^T buffer";
