@@ -82,6 +82,23 @@ struct Result {
   int worst_wavefronts = 0;
 };
 
+// Warp w's 16 rows of a wgmma A operand [64][16] by one ldmatrix.x4 (trans or not) at the lanes'
+// addresses: every value lands at its A element (hw_a_row, hw_a_col); the matrices' wavefronts
+// go to res. False when a read leaves the written shared memory.
+bool load_a(const Smem& smem, const std::function<uint32_t(int)>& lane_addr, bool trans, int w, std::vector<double>& A,
+            Result& res) {
+  for (int j = 0; j < 4; ++j) res.worst_wavefronts = std::max(res.worst_wavefronts, wavefronts(lane_addr, j));
+  for (int L = 0; L < 32; ++L)
+    for (int j = 0; j < 4; ++j)
+      for (int h = 0; h < 2; ++h) {
+        double v;
+        if (!smem.get(ldm_addr(lane_addr, trans, L, j, h), v)) return false;
+        const int t = 32 * w + L, e = 2 * j + h;
+        A[hw_a_row(t, e) * 16 + hw_a_col(t, e)] = v;
+      }
+  return true;
+}
+
 Result emulate(const KernelSide& ks, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int> val(-4, 4);
@@ -112,15 +129,7 @@ Result emulate(const KernelSide& ks, uint64_t seed) {
       std::vector<double> A(kKeys * 16, NAN);
       for (int w = 0; w < 4; ++w) {
         const auto lane_addr = [&](int l) { return tile + ks.qk_key(w, l) * ks.row_bytes + ks.qk_byte(s, l); };
-        for (int j = 0; j < 4; ++j) res.worst_wavefronts = std::max(res.worst_wavefronts, wavefronts(lane_addr, j));
-        for (int L = 0; L < 32; ++L)
-          for (int j = 0; j < 4; ++j)
-            for (int h = 0; h < 2; ++h) {
-              double v;
-              if (!smem.get(ldm_addr(lane_addr, false, L, j, h), v)) return fail("QK: A read outside the tile");
-              const int t = 32 * w + L, e = 2 * j + h;
-              A[hw_a_row(t, e) * 16 + hw_a_col(t, e)] = v;
-            }
+        if (!load_a(smem, lane_addr, false, w, A, res)) return fail("QK: A read outside the tile");
       }
       const uint64_t db = sm::desc_of(sm::sw128_lo(q_base + c * kmb::kWgRows * 128) + sm::k_step_lo(s));
       for (int n = 0; n < kmb::kWgRows; ++n)
@@ -168,15 +177,7 @@ Result emulate(const KernelSide& ks, uint64_t seed) {
           const auto lane_addr = [&](int l) {
             return tile + ks.pv_key(s, l) * ks.row_bytes + 2 * ks.pv_feature(c, mm, w, l);
           };
-          for (int j = 0; j < 4; ++j) res.worst_wavefronts = std::max(res.worst_wavefronts, wavefronts(lane_addr, j));
-          for (int L = 0; L < 32; ++L)
-            for (int j = 0; j < 4; ++j)
-              for (int h = 0; h < 2; ++h) {
-                double v;
-                if (!smem.get(ldm_addr(lane_addr, true, L, j, h), v)) return fail("PV: A read outside the tile");
-                const int t = 32 * w + L, e = 2 * j + h;
-                A[hw_a_row(t, e) * 16 + hw_a_col(t, e)] = v;
-              }
+          if (!load_a(smem, lane_addr, true, w, A, res)) return fail("PV: A read outside the tile");
         }
         const uint64_t db = sm::desc_of(sm::sw128_lo(pt_base) + sm::k_step_lo(s));
         for (int n = 0; n < kRows; ++n)

@@ -447,17 +447,20 @@ std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug 
   return s.failed ? s.why : "";
 }
 
-TEST(MlaAttentionKeysMProtocol, RandomRowTiles) {
-  std::mt19937_64 rng(21);
+// 40 random lists of 1-4 row tiles of 0-9 KV tiles each: the model finds nothing.
+void expect_random_row_tiles(uint64_t seed, bool wide = false, int stages = kMaxStages) {
+  std::mt19937_64 rng(seed);
   for (int iter = 0; iter < 40; ++iter) {
     std::vector<int> ntiles(1 + rng() % 4);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    const std::string err = run_model(ntiles, rng());
+    const std::string err = run_model(ntiles, rng(), kNone, wide, stages);
     std::string list;
     for (int n : ntiles) list += std::to_string(n) + " ";
     ASSERT_EQ(err, "") << "row tiles [" << list << "]";
   }
 }
+
+TEST(MlaAttentionKeysMProtocol, RandomRowTiles) { expect_random_row_tiles(21); }
 
 // The model sees the classes of bug it is meant to see. A wrong parity deadlocks or overwrites
 // at once; the races are tried on a few seeds until one shows.
@@ -482,53 +485,26 @@ TEST(MlaAttentionKeysMProtocol, PlantedBugsAreCaught) {
   EXPECT_EQ(run_model(empty_runs, 3), "");
 }
 
-TEST(MlaAttentionKeysMProtocol, WideRandomRowTiles) {
-  std::mt19937_64 rng(22);
-  for (int iter = 0; iter < 40; ++iter) {
-    std::vector<int> ntiles(1 + rng() % 4);
-    for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    const std::string err = run_model(ntiles, rng(), kNone, true);
-    std::string list;
-    for (int n : ntiles) list += std::to_string(n) + " ";
-    ASSERT_EQ(err, "") << "row tiles [" << list << "]";
-  }
-}
+TEST(MlaAttentionKeysMProtocol, WideRandomRowTiles) { expect_random_row_tiles(22, true); }
 
-TEST(MlaAttentionKeysMProtocol, WidePlantedBugsAreCaught) {
+// The wide protocol's planted bugs, each tried on a few seeds until one shows.
+void expect_wide_bugs_caught(int stages) {
   const std::vector<int> tiles = {7, 0, 9, 5, 8};
   auto caught = [&](int bug) {
     for (uint64_t seed = 10; seed < 40; ++seed)
-      if (!run_model(tiles, seed, bug, true).empty()) return true;
+      if (!run_model(tiles, seed, bug, true, stages).empty()) return true;
     return false;
   };
   EXPECT_TRUE(caught(kWideOneBuffer)) << "one P^T buffer";
   EXPECT_TRUE(caught(kWideEmpty4)) << "a stage freed when one warpgroup is done with it";
   EXPECT_TRUE(caught(kEmptyParity)) << "empty parity without ^ 1";
 }
+
+TEST(MlaAttentionKeysMProtocol, WidePlantedBugsAreCaught) { expect_wide_bugs_caught(kMaxStages); }
 
 // The bf16-cache kernel's protocol: the wide one with two stages.
-TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesRandomRowTiles) {
-  std::mt19937_64 rng(23);
-  for (int iter = 0; iter < 40; ++iter) {
-    std::vector<int> ntiles(1 + rng() % 4);
-    for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    const std::string err = run_model(ntiles, rng(), kNone, true, 2);
-    std::string list;
-    for (int n : ntiles) list += std::to_string(n) + " ";
-    ASSERT_EQ(err, "") << "row tiles [" << list << "]";
-  }
-}
+TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesRandomRowTiles) { expect_random_row_tiles(23, true, 2); }
 
-TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesPlantedBugsAreCaught) {
-  const std::vector<int> tiles = {7, 0, 9, 5, 8};
-  auto caught = [&](int bug) {
-    for (uint64_t seed = 10; seed < 40; ++seed)
-      if (!run_model(tiles, seed, bug, true, 2).empty()) return true;
-    return false;
-  };
-  EXPECT_TRUE(caught(kWideOneBuffer)) << "one P^T buffer";
-  EXPECT_TRUE(caught(kWideEmpty4)) << "a stage freed when one warpgroup is done with it";
-  EXPECT_TRUE(caught(kEmptyParity)) << "empty parity without ^ 1";
-}
+TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesPlantedBugsAreCaught) { expect_wide_bugs_caught(2); }
 
 }  // namespace
