@@ -291,22 +291,77 @@ __device__ __forceinline__ void store_pt(const float (&sc)[8], const float (&m)[
   stmatrix_x4_trans(pt_base + kmb::sw128(kmb::pt_row(c, ln), kmb::pt_key(w, ln)), r);
 }
 
-// Features f, f + 1 of row r (already scaled): bf16 o when the call has one split, else the
-// split's f32 partial for the combine kernel.
-__device__ __forceinline__ void store_pair(const MlaAttentionParams& p, const SeqPlan& s, int split, int r, int f, float lo,
-                                           float hi) {
+// The row tile's output. Row n of O^T slot k holds features F + g and F + g + 8 of each m-tile
+// (F = 256 c + 64 mm + 16 w); lanes g and g ^ 1 swap one of them, so that each holds a pair of
+// adjacent features: even g (F + g, F + g + 1), odd g (F + g + 7, F + g + 8), i.e. f0 + 64 mm.
+// Every pair is scaled and swapped first; then each row's address is formed once (one division
+// by H) and the uniform choices (one split or several, vector o or not) are taken outside the
+// loops, so that a thread's 32 stores issue back to back. (A store per pair with its own address,
+// division and branches took ~8 us at the end of every CTA: H200 timeline of B128 8k H32,
+// twenty-fourth session, docs/perf.md.) o is bf16 when the call has one split, else the split's
+// f32 partial for the combine kernel; lse likewise (natural log / base 2).
+__device__ __forceinline__ void store_output(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
+                                             const float (&o)[kmb::kPvTiles][16], const float* ml, int c, int t) {
+  const int lane = t % 32, g = lane / 4, q4 = lane % 4;
+  const bool odd = (g & 1) != 0;
+  const int f0 = odd ? kmb::o_feature(c, 0, t, 2) - 1 : kmb::o_feature(c, 0, t, 0);
+  const bool lse_writer = c == 0 && t < 4;  // warp 0, g == 0: the four lanes q4 hold every row once
+  float lo[8][kmb::kPvTiles], hi[8][kmb::kPvTiles], lse2[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int n = col_of_slot(q4, k);
+    const auto [scale, l2] = mla_row_end(s.bad_len, ml[n], ml[kRows + n], p.out_scale);
+    lse2[k] = l2;
+#pragma unroll
+    for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
+      const int i0 = 4 * (k / 2) + k % 2;  // the register of feature F + g; i0 + 2 that of F + g + 8
+      const float v0 = o[mm][i0] * scale, v1 = o[mm][i0 + 2] * scale;
+      const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
+      lo[k][mm] = odd ? got : v0;
+      hi[k][mm] = odd ? v1 : got;
+    }
+  }
   if (p.splits == 1) {
-    uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
-    const uint32_t pk = pack_bf16x2(lo, hi);
+    uint16_t* orow[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int r = tp.r0 + col_of_slot(q4, k), tok = r / p.H;
+      orow[k] = p.o + static_cast<int64_t>(s.qb + tok) * p.o_s0 + static_cast<int64_t>(r - tok * p.H) * p.o_s1;
+      if (lse_writer && p.lse && col_of_slot(q4, k) < tp.rows_here)
+        p.lse[static_cast<int64_t>(s.qb + tok) * p.lse_s0 + static_cast<int64_t>(r - tok * p.H) * p.lse_s1] = lse2[k] * kLn2;
+    }
     if (p.o_vec) {
-      *reinterpret_cast<uint32_t*>(orow + f) = pk;
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        if (col_of_slot(q4, k) < tp.rows_here) {
+#pragma unroll
+          for (int mm = 0; mm < kmb::kPvTiles; ++mm)
+            *reinterpret_cast<uint32_t*>(orow[k] + f0 + 64 * mm) = pack_bf16x2(lo[k][mm], hi[k][mm]);
+        }
     } else {
-      orow[static_cast<int64_t>(f) * p.o_s2] = static_cast<uint16_t>(pk & 0xffffu);
-      orow[static_cast<int64_t>(f + 1) * p.o_s2] = static_cast<uint16_t>(pk >> 16);
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        if (col_of_slot(q4, k) < tp.rows_here) {
+#pragma unroll
+          for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
+            const uint32_t pk = pack_bf16x2(lo[k][mm], hi[k][mm]);
+            orow[k][static_cast<int64_t>(f0 + 64 * mm) * p.o_s2] = static_cast<uint16_t>(pk & 0xffffu);
+            orow[k][static_cast<int64_t>(f0 + 64 * mm + 1) * p.o_s2] = static_cast<uint16_t>(pk >> 16);
+          }
+        }
     }
   } else {
-    const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
-    *reinterpret_cast<float2*>(p.ws_o + grow * kmb::kDv + f) = make_float2(lo, hi);
+    const int64_t grow0 = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + tp.r0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int n = col_of_slot(q4, k);
+      if (n < tp.rows_here) {
+        float* wrow = p.ws_o + (grow0 + n) * kmb::kDv + f0;
+#pragma unroll
+        for (int mm = 0; mm < kmb::kPvTiles; ++mm) *reinterpret_cast<float2*>(wrow + 64 * mm) = make_float2(lo[k][mm], hi[k][mm]);
+        if (lse_writer) p.ws_lse[grow0 + n] = lse2[k];
+      }
+    }
   }
 }
 
@@ -401,32 +456,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       }
     }
     named_bar_sync(kBarMerge, kConsumerThreads);
-    // The output: row n of O^T slot k holds features F + g and F + g + 8 of each m-tile
-    // (F = 256 c + 64 mm + 16 w); lanes g and g ^ 1 swap one of them, so that each holds a pair of
-    // adjacent features: even g (F + g, F + g + 1), odd g (F + g + 7, F + g + 8).
-    const bool odd = (g & 1) != 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int n = col_of_slot(q4, k);
-      const bool live = n < tp.rows_here;
-      const auto [scale, lse2] = mla_row_end(s.bad_len, ml[n], ml[kRows + n], p.out_scale);
-#pragma unroll
-      for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
-        const int i0 = 4 * (k / 2) + k % 2;  // the register of feature F + g; i0 + 2 that of F + g + 8
-        const float v0 = o[mm][i0] * scale, v1 = o[mm][i0 + 2] * scale;
-        const float got = __shfl_xor_sync(0xffffffffu, odd ? v0 : v1, 4);
-        const int f = odd ? kmb::o_feature(c, mm, t, i0 + 2) - 1 : kmb::o_feature(c, mm, t, i0);  // the pair's first
-        if (live) store_pair(p, s, split, tp.r0 + n, f, odd ? got : v0, odd ? v1 : got);
-      }
-      if (live && c == 0 && w == 0 && g == 0) {
-        const int r = tp.r0 + n;
-        if (p.splits == 1) {
-          if (p.lse) p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
-        } else {
-          p.ws_lse[static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r] = lse2;
-        }
-      }
-    }
+    store_output(p, s, tp, split, o, ml, c, t);
   }
 }
 
