@@ -30,16 +30,18 @@
 //          loads issued after this k-step's wgmmas). The stage is released (8 warp arrivals)
 //          after the last k-step's issue, whose wgmma fence waited for its loads. The last group
 //          stays in flight, retired by the next tile's QK or the row tile's end.
-//   At a row tile's end: m and l of the 32 rows through shared memory; each warpgroup writes its
-//   256 features of every row (pairs of adjacent features after one shuffle).
+//   At a row tile's end: each row's output scale and lse (from m and l, by the 4 threads that
+//   hold its sums) and its output address (one lane of warp 4) through shared memory; each
+//   warpgroup then writes its 256 features of every row (pairs of adjacent features after one
+//   shuffle), its stores back to back.
 //
 // Shared memory (dynamic, 1024-byte-aligned base):
 //   Q       [9 chunks][32 rows][128 B] bf16     36,864
 //   P^T     [2 buffers][32 rows][128 B] bf16     8,192
 //   stages  2 x 64 rows x 1,168 B              149,504
-//   maxima [2][4 warps][16] f32, m and l [2][32] f32, causal limits [32] i32, rescale factors
-//   [2 buffers][32] f32 and flags [2][2] i32, mbarriers full[2], empty[2]: 195,760 bytes,
-//   196,784 with the alignment slack.
+//   maxima [2][4 warps][16] f32, output scales [32] f32 and row offsets [32] i64, causal limits
+//   [32] i32, rescale factors [2 buffers][32] f32 and flags [2][2] i32, mbarriers full[2],
+//   empty[2]: 195,888 bytes, 196,912 with the alignment slack.
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles): the fp8
 // kernel's wide form's (mla_attention_keys_m.cu), with two stages:
@@ -54,7 +56,7 @@
 //   P (4, 256)     both warpgroups wrote their rows of P^T buffer j % 2, factors and flags. The
 //                  buffer is written again at tile j + 2, after P(j + 1), which every warp passes
 //                  only after its QK(j + 1) retired PV(j), and after its reads of j's factors.
-//   merge (6, 256) m and l of the 32 rows published.
+//   merge (6, 256) the output scales and addresses of the 32 rows published.
 #include <cuda_bf16.h>
 
 #include "common.cuh"
@@ -109,16 +111,17 @@ constexpr uint32_t kOffQ = 0;
 constexpr uint32_t kOffPt = kOffQ + kQBytes;  // [2 buffers]
 constexpr uint32_t kOffStages = kOffPt + 2 * kPtBytes;
 constexpr uint32_t kOffMax = kOffStages + kStages * kmb::kStageBytes;  // [2][4 warps][16] f32
-constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kWgRows * 4;           // [m, l][32] f32
-constexpr uint32_t kOffLim = kOffMl + 2 * kRows * 4;                 // [32] i32
+constexpr uint32_t kOffScale = kOffMax + 2 * 4 * kWgRows * 4;        // [32] f32
+constexpr uint32_t kOffRowOff = kOffScale + kRows * 4;               // [32] i64
+constexpr uint32_t kOffLim = kOffRowOff + kRows * 8;                 // [32] i32
 constexpr uint32_t kOffAlpha = kOffLim + kRows * 4;                  // [2 buffers][32] f32
 constexpr uint32_t kOffGrew = kOffAlpha + 2 * kRows * 4;             // [2 buffers][2 warpgroups] i32
 constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
 constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
-static_assert(kOffPt % 1024 == 0 && kOffStages % 1024 == 0 && kOffBar % 8 == 0);
-static_assert(kSmemBytes == 196784 && kSmemBytes <= 232448, "the design note states the shared-memory size");
+static_assert(kOffPt % 1024 == 0 && kOffStages % 1024 == 0 && kOffRowOff % 8 == 0 && kOffBar % 8 == 0);
+static_assert(kSmemBytes == 196912 && kSmemBytes <= 232448, "the design note states the shared-memory size");
 static_assert(kmb::kCacheRowBytes % 16 == 0 && kmb::kRowBytes % 16 == 0, "bulk copies of whole 16 bytes");
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarVote = 8;
@@ -291,27 +294,58 @@ __device__ __forceinline__ void store_pt(const float (&sc)[8], const float (&m)[
   stmatrix_x4_trans(pt_base + kmb::sw128(kmb::pt_row(c, ln), kmb::pt_key(w, ln)), r);
 }
 
-// The row tile's output. Row n of O^T slot k holds features F + g and F + g + 8 of each m-tile
-// (F = 256 c + 64 mm + 16 w); lanes g and g ^ 1 swap one of them, so that each holds a pair of
-// adjacent features: even g (F + g, F + g + 1), odd g (F + g + 7, F + g + 8), i.e. f0 + 64 mm.
-// Every pair is scaled and swapped first; then each row's address is formed once (one division
-// by H) and the uniform choices (one split or several, vector o or not) are taken outside the
-// loops, so that a thread's 32 stores issue back to back. (A store per pair with its own address,
-// division and branches took ~8 us at the end of every CTA: H200 timeline of B128 8k H32,
-// twenty-fourth session, docs/perf.md.) o is bf16 when the call has one split, else the split's
-// f32 partial for the combine kernel; lse likewise (natural log / base 2).
-__device__ __forceinline__ void store_output(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
-                                             const float (&o)[kmb::kPvTiles][16], const float* ml, int c, int t) {
+// The row tile's ends, before the merge barrier: each row's output scale and lse from its m and
+// l (the four publisher threads of a warpgroup, 4 rows each; lse written here), and each row's
+// output address (warp 4, a row per lane: one division by H each), so that no thread repeats
+// them for its 8 rows. o is bf16 when the call has one split, else the split's f32 partial for
+// the combine kernel; lse likewise (natural log / base 2).
+__device__ __forceinline__ void row_ends(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
+                                         const float (&m)[4], const float* colmax, float* scale_s, int64_t* rowoff_s,
+                                         int c, int w, int lane) {
+  const int g = lane / 4, q4 = lane % 4;
+  const int64_t grow0 = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + tp.r0;
+  if (w == 0 && g == 0) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int n = kWgRows * c + col_of_slot(q4, k);
+      const auto [scale, lse2] = mla_row_end(s.bad_len, m[k], row_sum<kWgRows>(colmax, col_of_slot(q4, k)), p.out_scale);
+      scale_s[n] = scale;
+      if (n < tp.rows_here) {
+        const int r = tp.r0 + n, tok = r / p.H;
+        if (p.splits > 1) {
+          p.ws_lse[grow0 + n] = lse2;
+        } else if (p.lse) {
+          p.lse[static_cast<int64_t>(s.qb + tok) * p.lse_s0 + static_cast<int64_t>(r - tok * p.H) * p.lse_s1] = lse2 * kLn2;
+        }
+      }
+    }
+  }
+  if (c == 1 && w == 0) {
+    const int r = tp.r0 + lane, tok = r / p.H;
+    rowoff_s[lane] = p.splits > 1 ? (grow0 + lane) * kmb::kDv
+                                  : static_cast<int64_t>(s.qb + tok) * p.o_s0 + static_cast<int64_t>(r - tok * p.H) * p.o_s1;
+  }
+}
+
+// The row tile's output, after the merge barrier. Row n of O^T slot k holds features F + g and
+// F + g + 8 of each m-tile (F = 256 c + 64 mm + 16 w); lanes g and g ^ 1 swap one of them, so that
+// each holds a pair of adjacent features: even g (F + g, F + g + 1), odd g (F + g + 7, F + g + 8),
+// i.e. f0 + 64 mm. The uniform choices (one split or several, vector o or not) are taken outside
+// the loops, so that a thread's 32 stores issue back to back. (A store per pair with its own
+// address, division and branches took ~8 us at the end of every CTA: H200 timeline of B128 8k
+// H32, twenty-fourth session, docs/perf.md.)
+__device__ __forceinline__ void store_output(const MlaAttentionParams& p, const TilePlan& tp, const float (&o)[kmb::kPvTiles][16],
+                                             const float* scale_s, const int64_t* rowoff_s, int c, int t) {
   const int lane = t % 32, g = lane / 4, q4 = lane % 4;
   const bool odd = (g & 1) != 0;
   const int f0 = odd ? kmb::o_feature(c, 0, t, 2) - 1 : kmb::o_feature(c, 0, t, 0);
-  const bool lse_writer = c == 0 && t < 4;  // warp 0, g == 0: the four lanes q4 hold every row once
-  float lo[8][kmb::kPvTiles], hi[8][kmb::kPvTiles], lse2[8];
+  float lo[8][kmb::kPvTiles], hi[8][kmb::kPvTiles];
+  int64_t off[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     const int n = col_of_slot(q4, k);
-    const auto [scale, l2] = mla_row_end(s.bad_len, ml[n], ml[kRows + n], p.out_scale);
-    lse2[k] = l2;
+    const float scale = scale_s[n];
+    off[k] = rowoff_s[n];
 #pragma unroll
     for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
       const int i0 = 4 * (k / 2) + k % 2;  // the register of feature F + g; i0 + 2 that of F + g + 8
@@ -321,47 +355,33 @@ __device__ __forceinline__ void store_output(const MlaAttentionParams& p, const 
       hi[k][mm] = odd ? v1 : got;
     }
   }
-  if (p.splits == 1) {
-    uint16_t* orow[8];
+  if (p.splits > 1) {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int r = tp.r0 + col_of_slot(q4, k), tok = r / p.H;
-      orow[k] = p.o + static_cast<int64_t>(s.qb + tok) * p.o_s0 + static_cast<int64_t>(r - tok * p.H) * p.o_s1;
-      if (lse_writer && p.lse && col_of_slot(q4, k) < tp.rows_here)
-        p.lse[static_cast<int64_t>(s.qb + tok) * p.lse_s0 + static_cast<int64_t>(r - tok * p.H) * p.lse_s1] = lse2[k] * kLn2;
-    }
-    if (p.o_vec) {
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if (col_of_slot(q4, k) < tp.rows_here) {
-#pragma unroll
-          for (int mm = 0; mm < kmb::kPvTiles; ++mm)
-            *reinterpret_cast<uint32_t*>(orow[k] + f0 + 64 * mm) = pack_bf16x2(lo[k][mm], hi[k][mm]);
-        }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8; ++k)
-        if (col_of_slot(q4, k) < tp.rows_here) {
-#pragma unroll
-          for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
-            const uint32_t pk = pack_bf16x2(lo[k][mm], hi[k][mm]);
-            orow[k][static_cast<int64_t>(f0 + 64 * mm) * p.o_s2] = static_cast<uint16_t>(pk & 0xffffu);
-            orow[k][static_cast<int64_t>(f0 + 64 * mm + 1) * p.o_s2] = static_cast<uint16_t>(pk >> 16);
-          }
-        }
-    }
-  } else {
-    const int64_t grow0 = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + tp.r0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const int n = col_of_slot(q4, k);
-      if (n < tp.rows_here) {
-        float* wrow = p.ws_o + (grow0 + n) * kmb::kDv + f0;
+    for (int k = 0; k < 8; ++k)
+      if (col_of_slot(q4, k) < tp.rows_here) {
+        float* wrow = p.ws_o + off[k] + f0;
 #pragma unroll
         for (int mm = 0; mm < kmb::kPvTiles; ++mm) *reinterpret_cast<float2*>(wrow + 64 * mm) = make_float2(lo[k][mm], hi[k][mm]);
-        if (lse_writer) p.ws_lse[grow0 + n] = lse2[k];
       }
-    }
+  } else if (p.o_vec) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (col_of_slot(q4, k) < tp.rows_here) {
+#pragma unroll
+        for (int mm = 0; mm < kmb::kPvTiles; ++mm)
+          *reinterpret_cast<uint32_t*>(p.o + off[k] + f0 + 64 * mm) = pack_bf16x2(lo[k][mm], hi[k][mm]);
+      }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k)
+      if (col_of_slot(q4, k) < tp.rows_here) {
+#pragma unroll
+        for (int mm = 0; mm < kmb::kPvTiles; ++mm) {
+          const uint32_t pk = pack_bf16x2(lo[k][mm], hi[k][mm]);
+          p.o[off[k] + static_cast<int64_t>(f0 + 64 * mm) * p.o_s2] = static_cast<uint16_t>(pk & 0xffffu);
+          p.o[off[k] + static_cast<int64_t>(f0 + 64 * mm + 1) * p.o_s2] = static_cast<uint16_t>(pk >> 16);
+        }
+      }
   }
 }
 
@@ -370,7 +390,8 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
                                          uint8_t* base_ptr, int c, int t) {
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kWgRows;  // [4 warps][16]
-  float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                          // [m, l][32]
+  float* scale_s = reinterpret_cast<float*>(base_ptr + kOffScale);                  // [32]
+  int64_t* rowoff_s = reinterpret_cast<int64_t*>(base_ptr + kOffRowOff);           // [32]
   int* lim_s = reinterpret_cast<int*>(base_ptr + kOffLim);                          // [32]
   float* alpha_s = reinterpret_cast<float*>(base_ptr + kOffAlpha);                  // [2][32]
   int* grew_s = reinterpret_cast<int*>(base_ptr + kOffGrew);                        // [2][2]
@@ -445,18 +466,12 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     for (int mm = 0; mm < kmb::kPvTiles; ++mm) fence_operands(o[mm]);
     ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
 
-    // Row sums of the warpgroup's 16 rows, then m and l of all 32 rows through shared memory.
+    // Row sums of the warpgroup's 16 rows, then the scales and addresses of all 32 rows through
+    // shared memory.
     publish_row_sums<kWgRows>(l, colmax, kBarMax + c, w, g, q4);
-    if (w == 0 && g == 0) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int n = col_of_slot(q4, k);
-        ml[kWgRows * c + n] = m[k];
-        ml[kRows + kWgRows * c + n] = row_sum<kWgRows>(colmax, n);
-      }
-    }
+    row_ends(p, s, tp, split, m, colmax, scale_s, rowoff_s, c, w, lane);
     named_bar_sync(kBarMerge, kConsumerThreads);
-    store_output(p, s, tp, split, o, ml, c, t);
+    store_output(p, tp, o, scale_s, rowoff_s, c, t);
   }
 }
 
