@@ -175,6 +175,25 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
 // params, grid (32-row tiles, splits, B), same outputs.
 void launch_mla_attention_keys_m_bf16(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s);
 
+// The element offsets of query row r of sequence s in the outputs: o's row (bf16) and lse's
+// element when the call has one split, else the split's partial row in ws_o (f32, 512 values) and
+// its ws_lse element. The keys-as-M epilogues form them once per row (one lane each) and share
+// them through shared memory, so that their writers issue the stores without a division by H
+// and the branches per row (a store loop that repeated them took ~8 us at the end of a CTA: H200
+// timeline of B128 8k H32, twenty-fourth session, docs/perf.md).
+struct MlaRowOffsets {
+  int64_t o, lse;
+};
+__device__ __forceinline__ MlaRowOffsets mla_row_offsets(const MlaAttentionParams& p, const MlaSeqPlan& s, int split, int r) {
+  if (p.splits > 1) {
+    const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+    return {grow * 512, grow};
+  }
+  const int tok = r / p.H, head = r - tok * p.H;
+  return {static_cast<int64_t>(s.qb + tok) * p.o_s0 + static_cast<int64_t>(head) * p.o_s1,
+          static_cast<int64_t>(s.qb + tok) * p.lse_s0 + static_cast<int64_t>(head) * p.lse_s1};
+}
+
 // The end of a row: its output scale and lse (log2 units) from the running maximum m and sum l.
 // A bad sequence length gives NaN; nothing attended (l = 0) gives o = 0 and lse = -inf; a NaN sum
 // (a NaN page) propagates.

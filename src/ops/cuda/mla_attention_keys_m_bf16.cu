@@ -303,7 +303,6 @@ __device__ __forceinline__ void row_ends(const MlaAttentionParams& p, const SeqP
                                          const float (&m)[4], const float* colmax, float* scale_s, int64_t* rowoff_s,
                                          int c, int w, int lane) {
   const int g = lane / 4, q4 = lane % 4;
-  const int64_t grow0 = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + tp.r0;
   if (w == 0 && g == 0) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -311,20 +310,16 @@ __device__ __forceinline__ void row_ends(const MlaAttentionParams& p, const SeqP
       const auto [scale, lse2] = mla_row_end(s.bad_len, m[k], row_sum<kWgRows>(colmax, col_of_slot(q4, k)), p.out_scale);
       scale_s[n] = scale;
       if (n < tp.rows_here) {
-        const int r = tp.r0 + n, tok = r / p.H;
+        const int64_t at = mla_row_offsets(p, s, split, tp.r0 + n).lse;
         if (p.splits > 1) {
-          p.ws_lse[grow0 + n] = lse2;
+          p.ws_lse[at] = lse2;
         } else if (p.lse) {
-          p.lse[static_cast<int64_t>(s.qb + tok) * p.lse_s0 + static_cast<int64_t>(r - tok * p.H) * p.lse_s1] = lse2 * kLn2;
+          p.lse[at] = lse2 * kLn2;
         }
       }
     }
   }
-  if (c == 1 && w == 0) {
-    const int r = tp.r0 + lane, tok = r / p.H;
-    rowoff_s[lane] = p.splits > 1 ? (grow0 + lane) * kmb::kDv
-                                  : static_cast<int64_t>(s.qb + tok) * p.o_s0 + static_cast<int64_t>(r - tok * p.H) * p.o_s1;
-  }
+  if (c == 1 && w == 0) rowoff_s[lane] = mla_row_offsets(p, s, split, tp.r0 + lane).o;
 }
 
 // The row tile's output, after the merge barrier. Row n of O^T slot k holds features F + g and
