@@ -162,7 +162,7 @@ using keys_m_softmax::publish_row_sums;
 using keys_m_softmax::rescale_maxima;
 using keys_m_softmax::row_sum;
 using keys_m_softmax::slot_of_reg;
-constexpr int kDqk = km::kDqk, kDv = km::kDv;
+constexpr int kDqk = km::kDqk;
 
 constexpr int kN = static_cast<int>(kMlaAttentionKeysMTileRows);  // query rows per CTA: the N of both products
 static_assert(sm90::kKeys == kN, "Q and P^T use the 32-row swizzled arrangement of sm90's KV tile");
