@@ -86,8 +86,8 @@
 //   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange; the
 //                                              fast layout uses 36,976 B of each 38,912)
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
-//   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, the rows' output offsets [64] x 16
-//   B, mbarriers full[4], empty[4]: 216,400 bytes, 217,424 with the alignment slack.
+//   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4]:
+//   215,376 bytes, 216,400 with the alignment slack.
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
 //   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
@@ -162,7 +162,7 @@ using keys_m_softmax::publish_row_sums;
 using keys_m_softmax::rescale_maxima;
 using keys_m_softmax::row_sum;
 using keys_m_softmax::slot_of_reg;
-constexpr int kDqk = km::kDqk;
+constexpr int kDqk = km::kDqk, kDv = km::kDv;
 
 constexpr int kN = static_cast<int>(kMlaAttentionKeysMTileRows);  // query rows per CTA: the N of both products
 static_assert(sm90::kKeys == kN, "Q and P^T use the 32-row swizzled arrangement of sm90's KV tile");
@@ -190,15 +190,14 @@ constexpr uint32_t kOffMl = kOffMax + 2 * 4 * kN * 4;            // [2][m, l][32
 constexpr uint32_t kOffLim = kOffMl + 2 * 2 * kN * 4;         // [64] i32: each column's causal limit
 constexpr uint32_t kOffAlpha = kOffLim + kWide * 4;           // wide: [2 buffers][64] f32 rescale factors,
 constexpr uint32_t kOffGrew = kOffAlpha + 2 * kWide * 4;      // and [2 buffers][2 warpgroups] i32 flags
-constexpr uint32_t kOffRowOff = kOffGrew + 4 * 4;          // [64] MlaRowOffsets: each row's output offsets
-constexpr uint32_t kOffBar = kOffRowOff + kWide * sizeof(MlaRowOffsets);
+constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
 constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
-static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffRowOff % 8 == 0 && kOffBar % 8 == 0);
-static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 217424 && kSmemBytes <= 232448,
+static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
+static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216400 && kSmemBytes <= 232448,
               "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes) && km::kBlockBytes8 % 16 == 0 &&
@@ -490,77 +489,34 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], con
   // made ptxas serialise every wgmma, C7514), or the row tile's end does.
 }
 
-// The row tile's output offsets (mla_row_offsets) of its kRowsHere <= 64 rows into shared memory,
-// by one warp (two rows a lane), before the barrier that precedes the writers.
-template <int kRowsHere>
-__device__ __forceinline__ void publish_row_offsets(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
-                                                    MlaRowOffsets* off_s, int lane) {
+// One output row's kV consecutive features f0 .. f0 + kV - 1 of row r (already scaled): bf16 o and
+// its lse (natural log) when the call has one split, else the split's f32 partial and base-2 lse
+// for the combine kernel.
+template <int kV>
+__device__ __forceinline__ void store_row(const MlaAttentionParams& p, const SeqPlan& s, int split, int r, int f0,
+                                          const float (&v)[kV], float lse2, bool lse_writer) {
+  if (p.splits == 1) {
+    uint16_t* orow = p.o + static_cast<int64_t>(s.qb + r / p.H) * p.o_s0 + static_cast<int64_t>(r % p.H) * p.o_s1;
+    uint32_t pk[kV / 2];
 #pragma unroll
-  for (int n = lane; n < kRowsHere; n += 32) off_s[n] = mla_row_offsets(p, s, split, tp.r0 + n);
-}
-
-// The thread's output: for each of its kSlots row slots k (row col_of_slot(q4, k)) that is live,
-// kV consecutive features f0 .. f0 + kV - 1, value(k, e) already scaled; bf16 o when the call has
-// one split, else the split's f32 partial for the combine kernel. The uniform choices are taken
-// outside the loops, so that the stores issue back to back; the rows' offsets come from
-// publish_row_offsets.
-template <int kSlots, int kV, class Value>
-__device__ __forceinline__ void write_rows(const MlaAttentionParams& p, const TilePlan& tp, const MlaRowOffsets* off_s, int q4,
-                                           int f0, Value value) {
-  if (p.splits > 1) {
+    for (int e = 0; e < kV / 2; ++e) pk[e] = pack_bf16x2(v[2 * e], v[2 * e + 1]);
+    if (p.o_vec) {
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int n = col_of_slot(q4, k);
-      if (n < tp.rows_here) {
-        float4* dst = reinterpret_cast<float4*>(p.ws_o + off_s[n].o + f0);
+      for (int u = 0; u < kV / 8; ++u)
+        *reinterpret_cast<uint4*>(orow + f0 + 8 * u) = make_uint4(pk[4 * u], pk[4 * u + 1], pk[4 * u + 2], pk[4 * u + 3]);
+    } else {
 #pragma unroll
-        for (int e = 0; e < kV / 4; ++e)
-          dst[e] = make_float4(value(k, 4 * e), value(k, 4 * e + 1), value(k, 4 * e + 2), value(k, 4 * e + 3));
-      }
+      for (int e = 0; e < kV; ++e)
+        orow[(f0 + e) * p.o_s2] = static_cast<uint16_t>(e % 2 == 0 ? pk[e / 2] & 0xffffu : pk[e / 2] >> 16);
     }
-  } else if (p.o_vec) {
-#pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int n = col_of_slot(q4, k);
-      if (n < tp.rows_here) {
-        uint4* dst = reinterpret_cast<uint4*>(p.o + off_s[n].o + f0);
-#pragma unroll
-        for (int u = 0; u < kV / 8; ++u)
-          dst[u] = make_uint4(pack_bf16x2(value(k, 8 * u), value(k, 8 * u + 1)), pack_bf16x2(value(k, 8 * u + 2), value(k, 8 * u + 3)),
-                              pack_bf16x2(value(k, 8 * u + 4), value(k, 8 * u + 5)), pack_bf16x2(value(k, 8 * u + 6), value(k, 8 * u + 7)));
-      }
-    }
+    if (p.lse && lse_writer)
+      p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
   } else {
+    const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+    float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
 #pragma unroll
-    for (int k = 0; k < kSlots; ++k) {
-      const int n = col_of_slot(q4, k);
-      if (n < tp.rows_here) {
-#pragma unroll
-        for (int e = 0; e < kV; e += 2) {
-          const uint32_t pk = pack_bf16x2(value(k, e), value(k, e + 1));
-          p.o[off_s[n].o + static_cast<int64_t>(f0 + e) * p.o_s2] = static_cast<uint16_t>(pk & 0xffffu);
-          p.o[off_s[n].o + static_cast<int64_t>(f0 + e + 1) * p.o_s2] = static_cast<uint16_t>(pk >> 16);
-        }
-      }
-    }
-  }
-}
-
-// The lse of the thread's live row slots (base 2: lse2(k)): natural log into lse when the call has
-// one split (if it asks for lse), else base 2 into the split's ws_lse.
-template <int kSlots, class Lse2>
-__device__ __forceinline__ void write_lse(const MlaAttentionParams& p, const TilePlan& tp, const MlaRowOffsets* off_s, int q4,
-                                          Lse2 lse2) {
-#pragma unroll
-  for (int k = 0; k < kSlots; ++k) {
-    const int n = col_of_slot(q4, k);
-    if (n < tp.rows_here) {
-      if (p.splits > 1) {
-        p.ws_lse[off_s[n].lse] = lse2(k);
-      } else if (p.lse) {
-        p.lse[off_s[n].lse] = lse2(k) * kLn2;
-      }
-    }
+    for (int e = 0; e < kV / 4; ++e) dst[e] = make_float4(v[4 * e], v[4 * e + 1], v[4 * e + 2], v[4 * e + 3]);
+    if (lse_writer) p.ws_lse[grow] = lse2;
   }
 }
 
@@ -642,7 +598,6 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [2][m, l][32]
   int* lim_s = reinterpret_cast<int*>(base_ptr + kOffLim);
-  MlaRowOffsets* off_s = reinterpret_cast<MlaRowOffsets*>(base_ptr + kOffRowOff);  // [32]
   const uint32_t pt_base = base + kOffPt + c * 2 * kPtBytes;  // this warpgroup's P^T (hi; lo kPtBytes further)
   const uint32_t pt_lo = sw128_lo(base + kOffPt + c * 2 * kPtBytes), q_lo = sw128_lo(base + kOffQ);
   uint32_t ti_run = 0;
@@ -706,8 +661,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         ml[c * 2 * kN + kN + col_of_slot(q4, k)] = l[k];
       }
     }
-    if (c == 1 && w == 3) publish_row_offsets<kN>(p, s, tp, split, off_s, lane);
-    named_bar_sync(kBarMerge, kConsumerThreads);  // both warpgroups: tiles consumed, m, l and offsets published
+    named_bar_sync(kBarMerge, kConsumerThreads);  // both warpgroups: tiles consumed, m and l published
     // The merge: both halves on the larger maximum. Warpgroup 0 writes features 0 .. 255 (its
     // warps 0, 1; warpgroup 1's warps 0, 1 hold the same features), warpgroup 1 features 256 ..
     float f_mine[8], m_ref[8], l_all[8];
@@ -737,14 +691,18 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
         for (int i = 0; i < 16; ++i) o[mm][i] = o[mm][i] * f_mine[slot_of_reg(i)] + xch[(16 * mm + i) * 64 + xt];
       const int f0 = 16 * km::pv_unit(w, g, kFp8Qk);  // the thread's 16 features: f0 + 2 mt + (row half)
-      float scale[8];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) scale[k] = mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale).scale;
-      // Feature f0 + e of slot k: m-tile e / 2, row half e % 2.
-      write_rows<8, 16>(p, tp, off_s, q4, f0,
-                        [&](int k, int e) { return o[e / 2][4 * (k / 2) + k % 2 + 2 * (e % 2)] * scale[k]; });
-      if (c == 0 && w == 0 && g == 0)
-        write_lse<8>(p, tp, off_s, q4, [&](int k) { return mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale).lse2; });
+      for (int k = 0; k < 8; ++k) {
+        const int n = col_of_slot(q4, k);
+        if (n >= tp.rows_here) continue;
+        const auto [scale, lse2] = mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale);
+        float v[16];  // features f0 + e
+#pragma unroll
+        for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
+        store_row(p, s, split, tp.r0 + n, f0, v, lse2, c == 0 && w == 0 && g == 0);
+      }
     }
     if (mt + static_cast<int>(gridDim.x) < s.row_tiles) {
       // Not before the producers passed the previous boundary: after a row tile without KV tiles
@@ -828,7 +786,6 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
   int* lim_s = reinterpret_cast<int*>(base_ptr + kOffLim);                     // [64]
   float* alpha_s = reinterpret_cast<float*>(base_ptr + kOffAlpha);             // [2][64]
   int* grew_s = reinterpret_cast<int*>(base_ptr + kOffGrew);                   // [2][2]
-  MlaRowOffsets* off_s = reinterpret_cast<MlaRowOffsets*>(base_ptr + kOffRowOff);  // [64]
   const uint32_t q_lo = sw128_lo(base + kOffQ + c * kQTileBytes8);
   uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
@@ -901,23 +858,23 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
         ml[kWide + kN * c + n] = row_sum<kN>(colmax, n);
       }
     }
-    if (c == 1 && w == 3) publish_row_offsets<kWide>(p, s, tp, split, off_s, lane);
     named_bar_sync(kBarMerge, kConsumerThreads);
     // The output: the thread's 8 features f0 .. f0 + 7 (km::pv_wide_feature: byte 2 mm + half) of
     // each of its 16 columns.
     const int f0 = 256 * c + 8 * km::pv_wide_unit(w, g);
-    float scale[16], lse2[16];
+    const bool lse_writer = c == 0 && w == 0 && g == 0;
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
       const int n = col_of_slot(q4, k);
-      const auto e = mla_row_end(s.bad_len, ml[n], ml[kWide + n], p.out_scale);
-      scale[k] = e.scale;
-      lse2[k] = e.lse2;
+      if (n >= tp.rows_here) continue;
+      const auto [scale, lse2] = mla_row_end(s.bad_len, ml[n], ml[kWide + n], p.out_scale);
+      float v[8];
+#pragma unroll
+      for (int mm = 0; mm < km::kPvTilesWide; ++mm)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
+      store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
     }
-    // Feature f0 + e of slot k: m-tile e / 2, row half e % 2.
-    write_rows<16, 8>(p, tp, off_s, q4, f0,
-                      [&](int k, int e) { return o[e / 2][4 * (k / 2) + k % 2 + 2 * (e % 2)] * scale[k]; });
-    if (c == 0 && w == 0 && g == 0) write_lse<16>(p, tp, off_s, q4, [&](int k) { return lse2[k]; });
   }
 }
 

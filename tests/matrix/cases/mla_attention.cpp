@@ -392,6 +392,9 @@ void add_mla_attention_cases(Registry& r, Size size) {
       if (s.fp8_q) add_case(r, s, bf16, var, ++plan_seed, fp8, keys_m_bf16, fastp);
     }
   for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, bf16, var, ++plan_seed, bf16, keys_m_bf16, fastp);
+  // Without lse (its epilogue writes lse from the threads that hold each row's sums, only when
+  // asked); seeded last, so every case above keeps its plan.
+  add_case(r, ci[3], bf16, Variant::nolse, ++plan_seed, bf16, keys_m_bf16, fastp);
 }
 
 }  // namespace kestrel::matrix
