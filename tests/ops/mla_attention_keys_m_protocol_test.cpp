@@ -22,6 +22,8 @@
 // warpgroup may still use it, and m / l are read as both warpgroups wrote them for the row tile.
 // The bf16-cache kernel (src/ops/cuda/mla_attention_keys_m_bf16.cu) runs the wide protocol with
 // two stages (its 32 rows split 16 / 16 in QK change no barrier): the same model with 2 stages.
+// The planned 64-row bf16 kernel: two stages and one P^T buffer, made safe by a vote over all 8
+// warps (one_pt_buffer).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -57,6 +59,7 @@ enum Bug {
   kWideOneBuffer = 6,   // wide: P^T in one buffer (the other warpgroup's PV of the tile before may read it)
   kWideEmpty4 = 7,      // wide: `empty` counts 4 arrivals (the stage freed when one warpgroup is done)
   kNoRowTileAck = 8,    // the consumers arrive at the next row-tile boundary without the producers' ack
+  kOneBufferWgVote = 9, // one P^T buffer with the vote per warpgroup (the other's PV may still read it)
 };
 
 struct Sim {
@@ -65,6 +68,10 @@ struct Sim {
   bool failed = false;
   std::string why;
   int stages = kMaxStages;  // the ring's stages: 4 (fp8 kernel), 2 (the bf16 kernel)
+  // The planned 64-row bf16 kernel (mla_attention_keys_m_bf16_wide_layout.h): one P^T buffer, and
+  // the vote over all 8 warps, which each passes only after its QK of the tile retired its PV of
+  // the tile before: past the vote no PV reads P^T any more.
+  bool one_pt_buffer = false;
   MBar full[kMaxStages], empty[kMaxStages];
   int nb_arrived[16] = {}, nb_gen[16] = {};
   int nb_last_gen[16][16];  // the generation of each warp's last arrival (warps 0-7 consumers, 8-11 producers)
@@ -206,8 +213,8 @@ void start_reading(Sim& s, int w, int st, unsigned ti) {
 
 // The vote of warpgroup c on tile ti (any score past m + slack), then the maxima through shared
 // memory when it says so: each warp must read all four warps' entries of this tile.
-void vote_and_maxima(Sim& s, int c, int wi, unsigned ti, std::mt19937_64& rng) {
-  if (!s.named(kBarVote + c, 4, rng() % 3 == 0)) return;
+void vote_and_maxima(Sim& s, int c, int wi, unsigned ti, std::mt19937_64& rng, bool cta_vote = false) {
+  if (!(cta_vote ? s.named(kBarVote, kConsumers, rng() % 3 == 0) : s.named(kBarVote + c, 4, rng() % 3 == 0))) return;
   const long tag = 2 * static_cast<long>(ti);
   {
     std::lock_guard<std::mutex> g(s.mu);
@@ -318,7 +325,7 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
     int pv_buf = -1;  // the buffer this warp's PV in flight reads
     for (int j = 0; j < ntiles; ++j) {
       const unsigned ti = ti_run + static_cast<unsigned>(j);
-      const int st = static_cast<int>(ti % s.stages), b = bug == kWideOneBuffer ? 0 : j % 2;
+      const int st = static_cast<int>(ti % s.stages), b = bug == kWideOneBuffer || s.one_pt_buffer ? 0 : j % 2;
       s.wait(s.full[st], (ti / s.stages) & 1);
       start_reading(s, w, st, ti);
       s.pause(rng);
@@ -328,7 +335,7 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
         pv_buf = -1;
       }
       s.pause(rng);
-      vote_and_maxima(s, c, wi, ti, rng);
+      vote_and_maxima(s, c, wi, ti, rng, s.one_pt_buffer && bug != kOneBufferWgVote);
       {  // its rows of P^T and its factors (and flag) into buffer b
         std::lock_guard<std::mutex> g(s.mu);
         if (s.pv_in_flight_buf[b] != 0 || s.alpha_readers[b] != 0)
@@ -388,9 +395,10 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
 }
 
 std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false,
-                      int stages = kMaxStages) {
+                      int stages = kMaxStages, bool one_pt_buffer = false) {
   Sim s;
   s.stages = stages;
+  s.one_pt_buffer = one_pt_buffer;
   for (int st = 0; st < stages; ++st) {
     s.init_bar(s.full[st], kProducers);  // each producer warp's lane 0 (+ transaction bytes)
     // the warps that read the tile: the owning warpgroup's, or (wide) all 8
@@ -448,12 +456,12 @@ std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug 
 }
 
 // 40 random lists of 1-4 row tiles of 0-9 KV tiles each: the model finds nothing.
-void expect_random_row_tiles(uint64_t seed, bool wide = false, int stages = kMaxStages) {
+void expect_random_row_tiles(uint64_t seed, bool wide = false, int stages = kMaxStages, bool one_pt_buffer = false) {
   std::mt19937_64 rng(seed);
   for (int iter = 0; iter < 40; ++iter) {
     std::vector<int> ntiles(1 + rng() % 4);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    const std::string err = run_model(ntiles, rng(), kNone, wide, stages);
+    const std::string err = run_model(ntiles, rng(), kNone, wide, stages, one_pt_buffer);
     std::string list;
     for (int n : ntiles) list += std::to_string(n) + " ";
     ASSERT_EQ(err, "") << "row tiles [" << list << "]";
@@ -506,5 +514,18 @@ TEST(MlaAttentionKeysMProtocol, WidePlantedBugsAreCaught) { expect_wide_bugs_cau
 TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesRandomRowTiles) { expect_random_row_tiles(23, true, 2); }
 
 TEST(MlaAttentionKeysMProtocol, Bf16TwoStagesPlantedBugsAreCaught) { expect_wide_bugs_caught(2); }
+
+// The planned 64-row bf16 kernel's protocol (no kernel yet): two stages, one P^T buffer, the vote
+// over all 8 warps. With the vote per warpgroup instead, the model sees P^T rewritten under the
+// other warpgroup's PV.
+TEST(MlaAttentionKeysMProtocol, Bf16WideOneBufferRandomRowTiles) { expect_random_row_tiles(24, true, 2, true); }
+
+TEST(MlaAttentionKeysMProtocol, Bf16WideOneBufferNeedsTheCtaVote) {
+  const std::vector<int> tiles = {7, 0, 9, 5, 8};
+  bool caught = false;
+  for (uint64_t seed = 10; seed < 40 && !caught; ++seed) caught = !run_model(tiles, seed, kOneBufferWgVote, true, 2, true).empty();
+  EXPECT_TRUE(caught) << "one P^T buffer with the vote per warpgroup";
+  EXPECT_TRUE(run_model(tiles, 3, kNone, true, 2, true).empty());
+}
 
 }  // namespace
