@@ -349,6 +349,18 @@ TEST(MlaAttentionCpu, PrecisionIsCheckedAndTheCpuComputesExactlyInBoth) {
   EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "precision", "exact", "7"}));
 }
 
+// A cuda_kernel outside the enum is refused naming it, on every backend (the argument checks are
+// shared), instead of reaching the CUDA dispatch.
+TEST(MlaAttentionCpu, CudaKernelOutsideTheEnumIsRefused) {
+  using testing_util::throws_error_with;
+  Problem p = make(3, 2, 40, 12);
+  MlaAttentionArgs a = p.args(true, 0.5f);
+  a.cuda_kernel = MlaAttentionKernel::wgmma_keys_m_bf16;  // the last value: accepted (the CPU ignores it)
+  mla_attention(Backend::cpu, a);
+  a.cuda_kernel = static_cast<MlaAttentionKernel>(static_cast<int>(MlaAttentionKernel::wgmma_keys_m_bf16) + 1);
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_kernel", "wgmma_keys_m_bf16", "6"}));
+}
+
 TEST(MlaAttentionCpu, NothingToAttend) {
   Problem p = make(2, 3, 1, 4);  // L = 1 < n = 3: queries 0 and 1 see no key
   mla_attention(Backend::cpu, p.args(false, 1.0f));

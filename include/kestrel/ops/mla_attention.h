@@ -22,6 +22,7 @@ enum class MlaAttentionKernel : uint8_t {
                       // warpgroups): fp8 cache and fp8 q, precision fast only
   wgmma_keys_m_bf16,  // v3 for a bf16 cache (mla_attention_keys_m_bf16.cu): 32 query rows per CTA,
                       // both warpgroups on every 64-key tile; bf16 or fp8 q, precision fast only
+  // (the argument check refuses values past the last: keep it there when adding one)
 };
 
 // How the softmax weights P enter the P V product on the CUDA WGMMA kernel (v2). `exact` (the
