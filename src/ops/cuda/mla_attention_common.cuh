@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "kestrel/ops/mla_write_kv.h"  // kMlaNope
 #include "mma_bf16.cuh"
 
 namespace kestrel::ops::cuda {
@@ -187,7 +188,7 @@ struct MlaRowOffsets {
 __device__ __forceinline__ MlaRowOffsets mla_row_offsets(const MlaAttentionParams& p, const MlaSeqPlan& s, int split, int r) {
   if (p.splits > 1) {
     const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
-    return {grow * 512, grow};
+    return {grow * kMlaNope, grow};
   }
   const int tok = r / p.H, head = r - tok * p.H;
   return {static_cast<int64_t>(s.qb + tok) * p.o_s0 + static_cast<int64_t>(head) * p.o_s1,
