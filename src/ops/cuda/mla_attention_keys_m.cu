@@ -171,7 +171,7 @@ constexpr int kKeys = km::kKeys;  // 64 keys per tile
 // producer warp, 288 threads, as 384: 168 registers), and setmaxnreg moves them to the consumers.
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= sm90::setmaxnreg_pool(kThreads), "setmaxnreg budget");
 constexpr int kStages = 4;
 constexpr uint8_t kE4m3Nan = 0x7f;
 

@@ -101,7 +101,7 @@ using keys_m_softmax::slot_of_reg;
 constexpr int kKeys = kmb::kKeys, kRows = kmb::kRows, kWgRows = kmb::kWgRows;
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= sm90::setmaxnreg_pool(kThreads), "setmaxnreg budget");
 constexpr int kStages = 2;
 constexpr uint32_t kBf16NanPair = 0x7fc07fc0u;
 

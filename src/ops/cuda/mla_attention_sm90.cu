@@ -193,7 +193,7 @@ constexpr int kRawSlots = 3;           // staging slots (most of any mode: bf16 
 constexpr int kRawBytes = 2 * kKvBytes;  // the staging room (relayout modes) = TMA mode's stages 3, 4
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 constexpr float kRescaleSlack = 8.0f;  // log2 units: P <= 256 between rescales (lazy rescaling)
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= setmaxnreg_pool(kThreads), "setmaxnreg budget");
 
 // Shared-memory map, offsets from the 1024-aligned base.
 constexpr uint32_t kOffQ = 0;

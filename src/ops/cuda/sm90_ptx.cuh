@@ -77,6 +77,14 @@ __device__ __forceinline__ void named_bar_sync(int id, int count) {
 __device__ __forceinline__ void named_bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
+// setmaxnreg moves registers between a CTA's warpgroups within what the CTA holds at launch: with
+// __launch_bounds__(threads, 1) that is 65,536 / threads a thread rounded down to a multiple of 8
+// (ptxas's cap), times threads (168 x 384 = 64,512). A setmaxnreg.inc asking for more than the
+// other warpgroups gave back waits forever: on the H200, 232 for 256 consumer threads and 48 for
+// 128 producer threads (65,536) hung the kernel. Each kernel asserts its split against this.
+constexpr int setmaxnreg_pool(int threads) { return (65536 / threads) / 8 * 8 * threads; }
+static_assert(setmaxnreg_pool(384) == 64512);
+
 template <int kRegs> __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
