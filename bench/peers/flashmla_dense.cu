@@ -166,7 +166,7 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
   PEER_CUDA(cudaGetLastError());
   std::vector<uint16_t> o(static_cast<size_t>(B) * q_seq * kDv);
   PEER_CUDA(cudaMemcpy(o.data(), d_o, o.size() * 2, cudaMemcpyDeviceToHost));
-  double worst = 0.0;
+  double worst = 0.0, scale_ref = 0.0;  // largest error, largest |reference|
   for (const int b : {0, B - 1})
     for (const int r : {0, q_seq - 1}) {
       const int qi = r / H, attend = ctx - s_q + qi + 1;  // bottom-right causal
@@ -188,9 +188,12 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
           want += s[j] * from_bf16(cache[(static_cast<size_t>(table[b * pages_per_seq + j / kPage]) * kPage + j % kPage) * kDqk + d]);
         want /= l;
         worst = std::max(worst, std::fabs(want - from_bf16(o[(static_cast<size_t>(b) * q_seq + r) * kDv + d])));
+        scale_ref = std::max(scale_ref, std::fabs(want));
       }
     }
-  const bool ok = worst < 2e-2;
+  // P rounded once and o rounded to bf16 leave errors far below 5% of the outputs' size; a wrong
+  // layout or mask gives errors of their size.
+  const bool ok = worst <= 0.05 * scale_ref + 1e-5;
 
   for (int i = 0; i < 3; ++i) launch();
   std::vector<float> us;
@@ -209,8 +212,8 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
   PEER_CUDA(cudaGetLastError());
   std::sort(us.begin(), us.end());
   const double bytes = static_cast<double>(B) * ctx * kDqk * 2;
-  std::printf("%-52s %10.2f %10.2f  cache %.3f GB  %s (max |err| %.2e over checked rows)\n", sh.name().c_str(), us[us.size() / 2],
-              us.front(), bytes / 1e9, ok ? "check ok" : "CHECK FAILED", worst);
+  std::printf("%-52s %10.2f %10.2f  cache %.3f GB  %s (max |err| %.2e, max |o| %.2e over checked rows)\n", sh.name().c_str(),
+              us[us.size() / 2], us.front(), bytes / 1e9, ok ? "check ok" : "CHECK FAILED", worst, scale_ref);
   std::fflush(stdout);
 
   cudaEventDestroy(e0);
