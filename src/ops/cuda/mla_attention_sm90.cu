@@ -524,24 +524,45 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
 // lazy rescaling (m follows the row maximum only when it grows by more than kRescaleSlack, then
 // the warp's rows are rescaled). In: the scores (raw) and m; out: P in sc, m and l updated (l
 // *= alpha, += the row sums of this thread's columns), alpha per row, whether the warp rescaled.
+// With P rounded once (kFastP) the tile's chain is shorter (twenty-sixth session: 1.3-2% at H 96
+// / 128 and verify, perf.md): a tile that ends by full_end (every row of the row tile attends
+// every key of it) skips the mask, a uniform branch; the maxima are taken over the raw scores and
+// scaled once (the scale is positive), the scale folded into the exponent's FMA; and the
+// exponentials are ex2 (one MUFU, relative error <= 2^-22, results below 2^-126 flushed to 0),
+// not exp2f, which without fast math wraps each MUFU in a denormal-range guard (four
+// instructions). Exact P keeps its code as it was (the same change measured 0.985x there).
+template <bool kFastP>
 __device__ __forceinline__ bool softmax_tile(float (&sc)[16], float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                             const TilePlan& tp, int tile_begin, const int (&lim)[2], int t,
-                                             float scale_log2) {
+                                             const TilePlan& tp, int tile_begin, const int (&lim)[2], int full_end,
+                                             int t, float scale_log2) {
   float mx[2] = {-INFINITY, -INFINITY};
   const int key0 = tile_begin + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
+  if constexpr (kFastP) {
+    if (tile_begin + kKeys > full_end) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    const int h = (i >> 1) & 1;
-    const int key = key0 + frag_d_col(0, i);  // frag_d_col(t, i) = frag_d_col(t, 0) + frag_d_col(0, i)
-    const bool ok = key < tp.kv_end && key < lim[h];
-    sc[i] = ok ? sc[i] * scale_log2 : -INFINITY;
-    mx[h] = fmaxf(mx[h], sc[i]);
+      for (int i = 0; i < 16; ++i) {
+        const int key = key0 + frag_d_col(0, i);
+        if (!(key < tp.kv_end && key < lim[(i >> 1) & 1])) sc[i] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int h = (i >> 1) & 1;
+      const int key = key0 + frag_d_col(0, i);  // frag_d_col(t, i) = frag_d_col(t, 0) + frag_d_col(0, i)
+      const bool ok = key < tp.kv_end && key < lim[h];
+      sc[i] = ok ? sc[i] * scale_log2 : -INFINITY;
+      mx[h] = fmaxf(mx[h], sc[i]);
+    }
   }
   bool grow = false;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    if constexpr (kFastP) mx[h] *= scale_log2;
     grow |= mx[h] > m[h] + kRescaleSlack;  // (m = -inf: any attended key)
   }
   alpha[0] = alpha[1] = 1.0f;
@@ -550,7 +571,8 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[16], float (&m)[2], flo
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float m_new = fmaxf(m[h], mx[h]);
-      alpha[h] = exp2f(m[h] - (m_new == -INFINITY ? 0.0f : m_new));  // 0 while nothing was attended
+      const float d = m[h] - (m_new == -INFINITY ? 0.0f : m_new);  // alpha 0 while nothing was attended
+      alpha[h] = kFastP ? ex2(d) : exp2f(d);
       m[h] = m_new;
       l[h] *= alpha[h];
     }
@@ -559,7 +581,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sc)[16], float (&m)[2], flo
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
     const int h = (i >> 1) & 1;
-    sc[i] = exp2f(sc[i] - m_use[h]);
+    sc[i] = kFastP ? ex2(fmaf(sc[i], scale_log2, -m_use[h])) : exp2f(sc[i] - m_use[h]);
     l[h] += sc[i];
   }
   return rescale;
@@ -663,6 +685,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
       const int r = tp.r0 + row0 + 8 * h;
       lim[h] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
     }
+    const int full_end = min(tp.kv_end, s.L - s.n + tp.r0 / p.H + 1);  // the row tile's first row has the smallest limit
     named_bar_sync(kBarQ, 256);  // both warpgroups retired every wgmma reading the previous Q / P
     if (tp.ntiles > 0 && q_tma && mt == static_cast<int>(blockIdx.x)) {
       // The CTA's first row tile: its Q was issued by TMA at the kernel's start. (A CTA has one
@@ -788,7 +811,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
         float sa[16];  // the softmax works on a copy (as warpgroup 1's below: C7515)
 #pragma unroll
         for (int i = 0; i < 16; ++i) sa[i] = sc[i];
-        const bool rescaled = softmax_tile(sa, m, l, alpha, tp, s.begin + 2 * pr * kKeys, lim, t, p.scale_log2);
+        const bool rescaled = softmax_tile<!kSplitP>(sa, m, l, alpha, tp, s.begin + 2 * pr * kKeys, lim, full_end, t, p.scale_log2);
         wgmma_wait<0>();  // the last pair's P_b V_b retired: its tile b released, o may be rescaled
         fence_operands(o);
         fence_operands(a_hi[0]); fence_operands(a_hi[1]); fence_operands(a_lo[0]); fence_operands(a_lo[1]);
@@ -846,7 +869,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
         wgmma_wait<0>();
         fence_operands(sc);
         fence_operands(o);
-        if (softmax_tile(sc, m, l, alpha, tp, s.begin + 2 * pr * kKeys, lim, t, p.scale_log2)) {
+        if (softmax_tile<!kSplitP>(sc, m, l, alpha, tp, s.begin + 2 * pr * kKeys, lim, full_end, t, p.scale_log2)) {
 #pragma unroll
           for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];  // (l was rescaled in softmax_tile)
         }
@@ -881,7 +904,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, bool q_tma
           float sb[16];
 #pragma unroll
           for (int i = 0; i < 16; ++i) sb[i] = sc[i];
-          const bool rescaled = softmax_tile(sb, m, l, alpha, tp, s.begin + (2 * pr + 1) * kKeys, lim, t, p.scale_log2);
+          const bool rescaled = softmax_tile<!kSplitP>(sb, m, l, alpha, tp, s.begin + (2 * pr + 1) * kKeys, lim, full_end, t, p.scale_log2);
           wgmma_wait<0>();  // P_a V_a retired: o may be rescaled, tile a and P_a released
           fence_operands(o);
           __syncwarp();
