@@ -997,7 +997,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t raw_addr = smem_u32(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
   uint8_t* base_ptr = smem_raw + (base - raw_addr);
-  const int tid = static_cast<int>(threadIdx.x), wg = tid / 128, wt = tid % 128;
+  // wg by a broadcast from lane 0: ptxas then knows it is warp-uniform, and the consumers' stage
+  // addresses and wgmma descriptors that depend on it stay in uniform registers.
+  const int tid = static_cast<int>(threadIdx.x), wg = __shfl_sync(0xffffffffu, tid / 128, 0), wt = tid % 128;
   const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
   // Q by tensor copy (the host's q_tma; never for an fp8 q, which is dequantised in registers:
   // known at compile time, so those instantiations carry none of its code).
