@@ -26,6 +26,12 @@
 
 #include "params.h"
 #include "sm90/decode/dense/splitkv_mla.h"
+
+// A measurement build of the peer (FlashMLA's kernel patched with clock64 records, a git-ignored
+// copy that is never committed) defines this: it writes the copy timeline of the last launch in
+// the format tools/s64_copytime.py reads (docs/ops/mla_attention.md, the open list). The normal
+// build leaves it null.
+extern "C" __attribute__((weak)) void flashmla_ct_dump(const char* path);
 #include "smxx/decode/combine/combine.h"
 #include "smxx/decode/get_decoding_sched_meta/get_decoding_sched_meta.h"
 
@@ -219,6 +225,11 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
   std::printf("%-52s %10.2f %10.2f  cache %.3f GB  %s (max |err| %.2e, max |o| %.2e over checked rows)\n", sh.name().c_str(),
               us[us.size() / 2], us.front(), bytes / 1e9, ok ? "check ok" : "CHECK FAILED", worst, scale_ref);
   std::fflush(stdout);
+  if (const char* dir = std::getenv("KESTREL_TIMELINE_DIR"); dir && flashmla_ct_dump) {
+    std::string n = sh.name();
+    std::replace(n.begin(), n.end(), '/', '_');
+    flashmla_ct_dump((std::string(dir) + "/" + n + ".txt").c_str());
+  }
 
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
