@@ -11,7 +11,7 @@
 // the technique; this is our code): per 64-column chunk mbarriers, each half of a tile released
 // by the one warpgroup that reads it last, the next QK issued on the chunks released first.
 //
-// Roles (384 threads; setmaxnreg: 232 registers for the consumers, 40 for the producers):
+// Roles (384 threads; setmaxnreg: 232 registers for the consumers, 48 for the producers):
 //   warps 8 and 9 (producers): warp 8 loads half L of every tile (column chunks 0-3: V columns
 //     0-255), warp 9 half R (chunks 4-8), each with its own `empty` barrier per stage, so that a
 //     half is refilled as soon as its last reader releases it; one `full` mbarrier per chunk.
@@ -76,7 +76,7 @@ using sm90::wgmma_wait;
 
 constexpr int kRows = s64::kRows, kKeys = s64::kKeys, kChunks = s64::kColChunks;
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int kProducerRegs = 48, kConsumerRegs = 232;
 static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= 65536, "setmaxnreg budget");
 constexpr uint32_t kBf16NanPair = 0x7fc07fc0u;
 constexpr int kBarQ = 1, kBarScale0 = 2, kBarScale1 = 3, kBarP0 = 4, kBarP1 = 5, kBarL = 6;
@@ -86,7 +86,17 @@ using SeqPlan = MlaSeqPlan;
 using TilePlan = MlaTilePlan;
 
 // ---- producers ---------------------------------------------------------------------------------
-// One warp per half (chunks c0 .. c1 - 1). Lane l looks up keys l and l + 32 of each tile.
+// The pages of lane l's keys l and l + 32 of the tile at pos0 (0 past kv_end).
+__device__ __forceinline__ void lookup_pages(int (&page)[2], const MlaAttentionParams& p, int b, int pos0, int kv_end, int lane) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int pos = pos0 + lane + 32 * h;
+    page[h] = pos < kv_end ? page_at(p, b, pos / p.page_size) : 0;
+  }
+}
+
+// One warp per half (chunks c0 .. c1 - 1). The block-table lookups run one tile ahead, so that
+// their latency is spent in the wait for the stage, not between a release and the copies.
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map_tile, const CUtensorMap& map_row,
                                          int tile_rows, int b, const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int half,
                                          int lane) {
@@ -94,14 +104,16 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
   uint32_t ti = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
+    int next[2];
+    lookup_pages(next, p, b, s.begin, tp.ntiles > 0 ? tp.kv_end : 0, lane);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
       const int st = static_cast<int>(ti % s64::kStages), pos0 = s.begin + j * kKeys;
-      int page[2];
-      bool in[2], nan[2];
+      const int page[2] = {next[0], next[1]};
+      lookup_pages(next, p, b, pos0 + kKeys, j + 1 < tp.ntiles ? tp.kv_end : 0, lane);
+      bool in[2], nan[2];  // in the cache (below kv_end, a page inside it); NaN (a page outside it)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int pos = pos0 + lane + 32 * h;
-        page[h] = pos < tp.kv_end ? page_at(p, b, pos / p.page_size) : 0;
         nan[h] = pos < tp.kv_end && (page[h] < 0 || page[h] >= p.num_pages);
         in[h] = pos < tp.kv_end && !nan[h];
       }
