@@ -1,6 +1,15 @@
 // mla_attention, CUDA v4 (sm_90a): the seesaw over 64-key tiles, for a bf16 cache with P rounded
 // once (precision fast). Same op, plan (grid of 64-row tiles, split rule, workspace, combine) and
 // semantics as the other kernels (docs/ops/mla_attention.md). DRAFT (branch seesaw64): forced only.
+// Measured (H200, twenty-fifth session; docs/perf.md): correct at its first run (the -s64 matrix
+// cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
+// (547), verify 2 / 4 / 8 346 / 648 / 1257 (319 / 565 / 1160), H 32 330-353 (313). Its phase
+// counters (branch seesaw64-prof): warpgroup 1 waits on `full` ~4,400 cycles of a ~8,450-cycle
+// pair, warpgroup 0 ~1,850 and ~2,300 more on P1, i.e. the two stages refill too late under full
+// load; at B 32 (64 CTAs) the same pair takes ~4,430 cycles (ncu clocks). An L2 prefetch of the
+// tile two or four ahead made it slower (0.96x / 0.88x at H 128); the block-table lookups one tile
+// ahead 1.01-1.03x (kept). ptxas: 20 bytes of spills in the producers' row-tile loop (40
+// registers), none in the consumers.
 //
 // Why. v2 (mla_attention_sm90.cu) runs the compute-bound rows (H 96 / 128, verify blocks) at
 // 0.85x of FlashMLA. Its QK is m64n32k16 over 32-key tiles: each k-step reads 2 KB of Q and 1 KB of
@@ -77,10 +86,7 @@ using sm90::wgmma_wait;
 constexpr int kRows = s64::kRows, kKeys = s64::kKeys, kChunks = s64::kColChunks;
 constexpr int kConsumerThreads = 256, kThreads = kConsumerThreads + 128;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-// setmaxnreg moves registers within what the CTA got at launch: __launch_bounds__(384, 1) caps a
-// thread at 168, so 64,512 in all (asking for more makes setmaxnreg.inc wait forever).
-constexpr int kLaunchRegs = 168;
-static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= kLaunchRegs * kThreads, "setmaxnreg budget");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 256 <= sm90::setmaxnreg_pool(kThreads), "setmaxnreg budget");
 constexpr uint32_t kBf16NanPair = 0x7fc07fc0u;
 constexpr int kBarQ = 1, kBarScale0 = 2, kBarScale1 = 3, kBarP0 = 4, kBarP1 = 5, kBarL = 6;
 constexpr int kHalfL = 0, kHalfR = 1;
