@@ -5,11 +5,11 @@
 // cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
 // (547), verify 2 / 4 / 8 346 / 648 / 1257 (319 / 565 / 1160), H 32 330-353 (313). Its phase
 // counters (branch seesaw64-prof): warpgroup 1 waits on `full` ~4,400 cycles of a ~8,450-cycle
-// pair, warpgroup 0 ~1,850 and ~2,300 more on P1, i.e. the two stages refill too late under full
-// load; at B 32 (64 CTAs) the same pair takes ~4,430 cycles (ncu clocks). An L2 prefetch of the
-// tile two or four ahead made it slower (0.96x / 0.88x at H 128); the block-table lookups one tile
-// ahead 1.01-1.03x (kept). ptxas: 20 bytes of spills in the producers' row-tile loop (40
-// registers), none in the consumers.
+// pair, warpgroup 0 ~1,850 and ~2,300 more on P1: with two stages each half is refilled only
+// after its last reader and read again at once, so every pair pays a refill's latency (at any
+// batch: B 8-64, one wave, are as slow). An L2 prefetch of the tile two or four ahead made it
+// slower (0.96x / 0.90x at H 128); the block-table lookups one tile ahead: within noise (kept).
+// ptxas: 20 bytes of spills in the producers' row-tile loop (40 registers), none in the consumers.
 //
 // Why. v2 (mla_attention_sm90.cu) runs the compute-bound rows (H 96 / 128, verify blocks) at
 // 0.85x of FlashMLA. Its QK is m64n32k16 over 32-key tiles: each k-step reads 2 KB of Q and 1 KB of
