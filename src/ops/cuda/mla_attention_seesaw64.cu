@@ -104,28 +104,21 @@ __device__ __forceinline__ void lookup_pages(int (&page)[2], const MlaAttentionP
   }
 }
 
-// One warp per half (chunks c0 .. c1 - 1), each half's tiles in the order their stages are
-// released: L (warpgroup 0 frees a's half L after P_a V_aL, b's after P_b V_bL) a before b; R
-// (warpgroup 1 frees b's half R after P_b V_bR, a's after P_a' V_aR) b before a, so that the next
-// b's half R, which warpgroup 1's next QK reads first, is not queued behind a's. The block-table
-// lookups run one tile ahead, so that their latency is spent in the wait for the stage.
+// One warp per half (chunks c0 .. c1 - 1). The block-table lookups run one tile ahead, so that
+// their latency is spent in the wait for the stage, not between a release and the copies.
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map_tile, const CUtensorMap& map_row,
                                          int tile_rows, int b, const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int half,
                                          int lane) {
   const int c0 = half == kHalfL ? 0 : s64::kHalfLChunks, c1 = half == kHalfL ? s64::kHalfLChunks : kChunks;
-  uint32_t ti_run = 0;
+  uint32_t ti = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
-    // The k-th tile this warp loads: tile k, or for half R the other tile of k's pair when it exists.
-    const auto tile_of = [&](int k) { return half == kHalfR && (k ^ 1) < tp.ntiles ? k ^ 1 : k; };
     int next[2];
-    lookup_pages(next, p, b, s.begin + tile_of(0) * kKeys, tp.ntiles > 0 ? tp.kv_end : 0, lane);
-    for (int k = 0; k < tp.ntiles; ++k) {
-      const int j = tile_of(k);
-      const uint32_t ti = ti_run + static_cast<uint32_t>(j);
+    lookup_pages(next, p, b, s.begin, tp.ntiles > 0 ? tp.kv_end : 0, lane);
+    for (int j = 0; j < tp.ntiles; ++j, ++ti) {
       const int st = static_cast<int>(ti % s64::kStages), pos0 = s.begin + j * kKeys;
       const int page[2] = {next[0], next[1]};
-      lookup_pages(next, p, b, s.begin + tile_of(k + 1) * kKeys, k + 1 < tp.ntiles ? tp.kv_end : 0, lane);
+      lookup_pages(next, p, b, pos0 + kKeys, j + 1 < tp.ntiles ? tp.kv_end : 0, lane);
       bool in[2], nan[2];  // in the cache (below kv_end, a page inside it); NaN (a page outside it)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -173,7 +166,6 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
                       base + s64::full_bar(st, c));
       }
     }
-    ti_run += static_cast<uint32_t>(max(tp.ntiles, 0));
   }
 }
 
