@@ -262,21 +262,24 @@ __device__ __forceinline__ void mask_and_max(float (&sc)[32], float (&mx)[2], co
   }
 }
 
-// P = exp2(s - m) in place (m = -inf: nothing attended yet, P = 0); the thread's row sums.
+// P = exp2(s - m) in place (m = -inf: nothing attended yet, P = 0); the thread's row sums. ex2
+// (one MUFU, relative error <= 2^-22, results below 2^-126 flushed to 0: weights that small
+// relative to the row maximum do not reach a bf16 P), not exp2f, which without fast math wraps
+// each MUFU in a denormal-range guard (four instructions).
 __device__ __forceinline__ void exponentiate(float (&sc)[32], const float (&m)[2], float (&sum)[2]) {
   const float mu[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
   sum[0] = sum[1] = 0.0f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = (i >> 1) & 1;
-    sc[i] = exp2f(sc[i] - mu[h]);
+    sc[i] = ex2(sc[i] - mu[h]);
     sum[h] += sc[i];
   }
 }
 
 // exp2(m_old - m_new): 0 while nothing was attended (m_old = -inf), 1 while nothing is.
 __device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
-  return exp2f(m_old - (m_new == -INFINITY ? 0.0f : m_new));
+  return ex2(m_old - (m_new == -INFINITY ? 0.0f : m_new));
 }
 
 // P (f32 registers) times f per row, as PV's A fragments: k-step ks, register j packs score
