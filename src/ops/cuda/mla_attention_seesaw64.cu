@@ -206,6 +206,7 @@ struct Ctx {
   int tile_a_begin;    // KV position of tile a's first key
   int kv_end;
   int lim[2];          // causal limits of rows row0, row0 + 8 (keys < lim attended; 0 for padding)
+  int full_end;        // keys below it are attended by every row of the row tile (no mask needed)
   float scale_log2;
   int t;               // thread in the warpgroup
 };
@@ -245,34 +246,41 @@ __device__ __forceinline__ void qk_chunks(float (&sc)[32], const uint32_t (&q8)[
   }
 }
 
-// The scores of a tile in log2 units, masked keys -inf; mx: the row maxima (over the quad).
+// The raw scores of a tile with masked keys -inf; mx: the row maxima (over the quad) in log2
+// units (the scale is positive, so the maximum of the scaled scores is the scaled maximum). A
+// tile that ends by x.full_end needs no mask (a uniform branch): only the last tiles of a split,
+// and those a causal limit cuts, pay for it.
 __device__ __forceinline__ void mask_and_max(float (&sc)[32], float (&mx)[2], const Ctx& x, int tile_begin) {
   mx[0] = mx[1] = -INFINITY;
-  const int key0 = tile_begin + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(x.t))), 0);
+  if (tile_begin + kKeys > x.full_end) {
+    const int key0 = tile_begin + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(x.t))), 0);
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int h = (i >> 1) & 1, key = key0 + frag_d_col(0, i);
-    sc[i] = key < x.kv_end && key < x.lim[h] ? sc[i] * x.scale_log2 : -INFINITY;
-    mx[h] = fmaxf(mx[h], sc[i]);
+    for (int i = 0; i < 32; ++i) {
+      const int h = (i >> 1) & 1, key = key0 + frag_d_col(0, i);
+      if (!(key < x.kv_end && key < x.lim[h])) sc[i] = -INFINITY;
+    }
   }
+#pragma unroll
+  for (int i = 0; i < 32; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sc[i]);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    mx[h] *= x.scale_log2;
   }
 }
 
-// P = exp2(s - m) in place (m = -inf: nothing attended yet, P = 0); the thread's row sums. ex2
+// P = exp2(s scale_log2 - m) in place (m = -inf: nothing attended yet, P = 0); the thread's row sums. ex2
 // (one MUFU, relative error <= 2^-22, results below 2^-126 flushed to 0: weights that small
 // relative to the row maximum do not reach a bf16 P), not exp2f, which without fast math wraps
 // each MUFU in a denormal-range guard (four instructions).
-__device__ __forceinline__ void exponentiate(float (&sc)[32], const float (&m)[2], float (&sum)[2]) {
+__device__ __forceinline__ void exponentiate(float (&sc)[32], const float (&m)[2], float (&sum)[2], float scale_log2) {
   const float mu[2] = {m[0] == -INFINITY ? 0.0f : m[0], m[1] == -INFINITY ? 0.0f : m[1]};
   sum[0] = sum[1] = 0.0f;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int h = (i >> 1) & 1;
-    sc[i] = ex2(sc[i] - mu[h]);
+    sc[i] = ex2(fmaf(sc[i], scale_log2, -mu[h]));  // raw score in, one rounding before the MUFU
     sum[h] += sc[i];
   }
 }
@@ -344,7 +352,7 @@ __device__ __forceinline__ void pair_wg0(float (&o)[128], float (&sc)[32], const
     m_new[h] = fmaxf(m[h], mx[h]);
     sc0[h] = rescale_factor(m[h], m_new[h]);
   }
-  exponentiate(sc, m_new, sum);
+  exponentiate(sc, m_new, sum, x.scale_log2);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] = l[h] * sc0[h] + sum[h];
@@ -431,7 +439,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[128], float (&sc)[32], const
       sc1[h] = rescale_factor(m[h], m_new[h]);
       m[h] = m_new[h];
     }
-    exponentiate(sc, m_new, sum);
+    exponentiate(sc, m_new, sum, x.scale_log2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * (sc0[h] * sc1[h]) + sum[h];
   } else {
@@ -498,6 +506,8 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       x.lim[h] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
     }
     x.kv_end = tp.kv_end;
+    // Causal limits grow with the row: the tile's first row has the smallest.
+    x.full_end = min(tp.kv_end, s.L - s.n + tp.r0 / p.H + 1);
     named_bar_sync(kBarQ, kConsumerThreads);  // the previous row tile's wgmmas (Q, P0, P1) retired
     uint32_t q8[4][4];
     if (tp.ntiles > 0) {
