@@ -290,21 +290,6 @@ __device__ __forceinline__ float rescale_factor(float m_old, float m_new) {
   return ex2(m_old - (m_new == -INFINITY ? 0.0f : m_new));
 }
 
-// Lazy rescaling (as v2): the reference maximum m follows the row maxima mx only when a row of
-// the warp grows past it by more than kRescaleSlack (so P <= 2^8 between moves; o, l and the lse
-// share the reference, so the result is the same), and then every row of the warp moves. Most
-// tiles leave m as it is: factor f exactly 1, and O's rescale skipped by the warp's vote.
-constexpr float kRescaleSlack = 8.0f;
-__device__ __forceinline__ void next_max(const float (&m)[2], const float (&mx)[2], float (&m_new)[2], float (&f)[2]) {
-  const bool grow = mx[0] > m[0] + kRescaleSlack || mx[1] > m[1] + kRescaleSlack;  // (m = -inf: any key)
-  const bool move = __any_sync(0xffffffffu, grow);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    m_new[h] = move ? fmaxf(m[h], mx[h]) : m[h];
-    f[h] = move ? rescale_factor(m[h], m_new[h]) : 1.0f;
-  }
-}
-
 // P (f32 registers) times f per row, as PV's A fragments: k-step ks, register j packs score
 // registers 8 ks + 2 j and + 1 (sm90::p_reg_of).
 __device__ __forceinline__ void pack_p(uint32_t (&a)[4][4], const float (&sc)[32], const float (&f)[2]) {
@@ -328,7 +313,6 @@ __device__ __forceinline__ void store_p(uint8_t* buf, const uint32_t (&a)[4][4],
 }
 
 __device__ __forceinline__ void scale_o(float (&o)[128], const float (&f)[2]) {
-  if (!__any_sync(0xffffffffu, f[0] != 1.0f || f[1] != 1.0f)) return;  // (the lazy rescale's usual case)
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] *= f[(i >> 1) & 1];
 }
@@ -363,7 +347,11 @@ __device__ __forceinline__ void pair_wg0(float (&o)[128], float (&sc)[32], const
   // Softmax of a against m.
   float mx[2], m_new[2], sc0[2], sum[2];
   mask_and_max(sc, mx, x, x.tile_a_begin);
-  next_max(m, mx, m_new, sc0);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    m_new[h] = fmaxf(m[h], mx[h]);
+    sc0[h] = rescale_factor(m[h], m_new[h]);
+  }
   exponentiate(sc, m_new, sum, x.scale_log2);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -445,9 +433,12 @@ __device__ __forceinline__ void pair_wg1(float (&o)[128], float (&sc)[32], const
   if constexpr (kHasB) {
     float mx[2], m_new[2], sum[2];
     mask_and_max(sc, mx, x, x.tile_a_begin + kKeys);
-    next_max(m, mx, m_new, sc1);
-    m[0] = m_new[0];
-    m[1] = m_new[1];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      m_new[h] = fmaxf(m[h], mx[h]);
+      sc1[h] = rescale_factor(m[h], m_new[h]);
+      m[h] = m_new[h];
+    }
     exponentiate(sc, m_new, sum, x.scale_log2);
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] = l[h] * (sc0[h] * sc1[h]) + sum[h];
