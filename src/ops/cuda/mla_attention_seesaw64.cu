@@ -10,6 +10,13 @@
 // batch: B 8-64, one wave, are as slow). An L2 prefetch of the tile two or four ahead made it
 // slower (0.96x / 0.90x at H 128); the block-table lookups one tile ahead: within noise (kept).
 // ptxas: 20 bytes of spills in the producers' row-tile loop (40 registers), none in the consumers.
+// Twenty-sixth session (branch s64-nomask): the softmax as FlashMLA's (ex2 for exp2f, no mask on
+// tiles every row attends whole, the scale folded into the exponent's FMA): H 128 B128 8k 645 ->
+// 577 us (0.96x of v2 at 2eb2ae4), verify 4 655 -> 587, verify 8 1208 -> 1140, H 32 372 -> 308.
+// It then executes about FlashMLA's instruction count (Nsight: 110.6 M against 104.0 M) and
+// still waits: warpgroup 1 for the next tile b's first chunk (18% of the stall samples),
+// warpgroup 0 for Scale1 behind it (10%). Not kept: lazy rescaling (0.99x: its warp vote sits
+// between the maxima and the exponentials, on the chain), half R loaded b before a (0.97x).
 //
 // Why. v2 (mla_attention_sm90.cu) runs the compute-bound rows (H 96 / 128, verify blocks) at
 // 0.85x of FlashMLA. Its QK is m64n32k16 over 32-key tiles: each k-step reads 2 KB of Q and 1 KB of
