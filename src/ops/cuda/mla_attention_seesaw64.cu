@@ -111,21 +111,24 @@ __device__ __forceinline__ void lookup_pages(int (&page)[2], const MlaAttentionP
   }
 }
 
-// One warp per half (chunks c0 .. c1 - 1). The block-table lookups run one tile ahead, so that
-// their latency is spent in the wait for the stage, not between a release and the copies.
+// One warp per (stage, half): chunks c0 .. c1 - 1 of the tiles that use stage `st` (every other
+// tile). A warp per stage, not one per half walking the tiles in order: the halves are released
+// in the order a.L, b.R, a.R, b.L, and a half producer in tile order issued b.R only after a.R
+// (~2,000 cycles after its release: the copy timeline, twenty-seventh session), where warpgroup 1's
+// next QK was waiting for it. The block-table lookups of a tile are made before the wait for its
+// stage (a pair's time before the release in steady state).
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map_tile, const CUtensorMap& map_row,
                                          int tile_rows, int b, const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int half,
-                                         int lane) {
+                                         int st, int lane) {
   const int c0 = half == kHalfL ? 0 : s64::kHalfLChunks, c1 = half == kHalfL ? s64::kHalfLChunks : kChunks;
   uint32_t ti = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
-    int next[2];
-    lookup_pages(next, p, b, s.begin, tp.ntiles > 0 ? tp.kv_end : 0, lane);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
-      const int st = static_cast<int>(ti % s64::kStages), pos0 = s.begin + j * kKeys;
-      const int page[2] = {next[0], next[1]};
-      lookup_pages(next, p, b, pos0 + kKeys, j + 1 < tp.ntiles ? tp.kv_end : 0, lane);
+      if (static_cast<int>(ti % s64::kStages) != st) continue;
+      const int pos0 = s.begin + j * kKeys;
+      int page[2];
+      lookup_pages(page, p, b, pos0, tp.kv_end, lane);
       bool in[2], nan[2];  // in the cache (below kv_end, a page inside it); NaN (a page outside it)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -646,7 +649,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
     const int pw = (tid - kConsumerThreads) / 32;
-    if (pw < 2) producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw, tid % 32);
+    producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
