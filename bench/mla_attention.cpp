@@ -40,6 +40,7 @@ void add_mla_attention_benches(Registry& r) {
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "mla_attention_kmw/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "mla_attention_kmb/"
+                 : kernel == ops::MlaAttentionKernel::wgmma_seesaw64    ? "mla_attention_s64/"
                  : kernel == ops::MlaAttentionKernel::wgmma        ? "mla_attention_v2/"
                                                                    : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
@@ -136,6 +137,14 @@ void add_mla_attention_benches(Registry& r) {
     for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, kernel, fast);
     for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, kernel, fast);
   }
+  // v4 (the 64-key seesaw), forced, P rounded once: the compute-bound rows (H 96 / 128, verify 2 /
+  // 4 / 8 at B 128 8k; v2's are above), B 32 and 8 of the same, and the H 32 decode at B 128 8k.
+  for (const auto& [H, q_len] : {std::pair<int64_t, int64_t>{96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
+    for (const int64_t B : {8, 32, 64, 128}) {
+      add(DType::bf16, DType::bf16, H, q_len, B, 8192, ops::MlaAttentionKernel::wgmma_seesaw64, fast);
+      if (B != 128) add(DType::bf16, DType::bf16, H, q_len, B, 8192, ops::MlaAttentionKernel::wgmma, fast);  // (B 128: above)
+    }
+  add(DType::bf16, DType::bf16, 32, 1, 128, 8192, ops::MlaAttentionKernel::wgmma_seesaw64, fast);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

@@ -72,8 +72,10 @@ void mla_attention_check(const MlaAttentionArgs& a) {
     fail_arg(op, "cuda_combine", "MlaAttentionCombine::automatic or ::per_row", str(static_cast<int>(a.cuda_combine)));
   // (a value outside the enum would otherwise reach the CUDA dispatch, which runs v1 for any kernel
   // it does not name)
-  if (static_cast<int>(a.cuda_kernel) > static_cast<int>(MlaAttentionKernel::wgmma_keys_m_bf16))
-    fail_arg(op, "cuda_kernel", "a MlaAttentionKernel (automatic, mma_sync, wgmma, wgmma_keys_m, wgmma_keys_m_wide, wgmma_keys_m_bf16)",
+  if (static_cast<int>(a.cuda_kernel) > static_cast<int>(MlaAttentionKernel::wgmma_seesaw64))
+    fail_arg(op, "cuda_kernel",
+             "a MlaAttentionKernel (automatic, mma_sync, wgmma, wgmma_keys_m, wgmma_keys_m_wide, wgmma_keys_m_bf16, "
+             "wgmma_seesaw64)",
              str(static_cast<int>(a.cuda_kernel)));
 }
 

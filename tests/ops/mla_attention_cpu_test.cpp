@@ -355,10 +355,10 @@ TEST(MlaAttentionCpu, CudaKernelOutsideTheEnumIsRefused) {
   using testing_util::throws_error_with;
   Problem p = make(3, 2, 40, 12);
   MlaAttentionArgs a = p.args(true, 0.5f);
-  a.cuda_kernel = MlaAttentionKernel::wgmma_keys_m_bf16;  // the last value: accepted (the CPU ignores it)
+  a.cuda_kernel = MlaAttentionKernel::wgmma_seesaw64;  // the last value: accepted (the CPU ignores it)
   mla_attention(Backend::cpu, a);
-  a.cuda_kernel = static_cast<MlaAttentionKernel>(static_cast<int>(MlaAttentionKernel::wgmma_keys_m_bf16) + 1);
-  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_kernel", "wgmma_keys_m_bf16", "6"}));
+  a.cuda_kernel = static_cast<MlaAttentionKernel>(static_cast<int>(MlaAttentionKernel::wgmma_seesaw64) + 1);
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_kernel", "wgmma_seesaw64", "7"}));
 }
 
 TEST(MlaAttentionCpu, NothingToAttend) {

@@ -22,6 +22,8 @@ enum class MlaAttentionKernel : uint8_t {
                       // warpgroups): fp8 cache and fp8 q, precision fast only
   wgmma_keys_m_bf16,  // v3 for a bf16 cache (mla_attention_keys_m_bf16.cu): 32 query rows per CTA,
                       // both warpgroups on every 64-key tile; bf16 or fp8 q, precision fast only
+  wgmma_seesaw64,  // v4 for a bf16 cache (mla_attention_seesaw64.cu): 64 query rows per CTA, the
+                   // seesaw over 64-key tiles in FlashMLA's order; bf16 or fp8 q, precision fast only
   // (the argument check refuses values past the last: keep it there when adding one)
 };
 

@@ -641,7 +641,8 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
     return Support::no(str("Tq * H = ", a.q.size(0) * a.q.size(1), " exceeds int32"));
   const bool keys_m = a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m || a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_wide;
   const bool keys_m_bf16 = a.cuda_kernel == MlaAttentionKernel::wgmma_keys_m_bf16;
-  if (a.cuda_kernel == MlaAttentionKernel::wgmma || keys_m || keys_m_bf16) {
+  const bool seesaw64 = a.cuda_kernel == MlaAttentionKernel::wgmma_seesaw64;
+  if (a.cuda_kernel == MlaAttentionKernel::wgmma || keys_m || keys_m_bf16 || seesaw64) {
     const auto [major, minor] = compute_capability();
     if (!(major == 9 && minor == 0))
       return Support::no(str("cuda_kernel: the wgmma kernels need sm_90a (compute capability 9.0: wgmma, setmaxnreg, "
@@ -657,6 +658,11 @@ Support mla_attention_supports(const MlaAttentionArgs& a) {
     return Support::no(str("cuda_kernel: the bf16 keys-as-M kernel takes a bf16 cache, got ", dtype_name(a.cache.dtype)));
   if (keys_m_bf16 && a.precision != MlaAttentionPrecision::fast)
     return Support::no("cuda_kernel: the bf16 keys-as-M kernel runs precision fast only (P rounded once to bf16), got "
+                       "precision exact");
+  if (seesaw64 && a.cache.dtype != DType::bf16)
+    return Support::no(str("cuda_kernel: the 64-key seesaw kernel takes a bf16 cache, got ", dtype_name(a.cache.dtype)));
+  if (seesaw64 && a.precision != MlaAttentionPrecision::fast)
+    return Support::no("cuda_kernel: the 64-key seesaw kernel runs precision fast only (P rounded once to bf16), got "
                        "precision exact");
   return Support::yes();
 }
@@ -723,7 +729,15 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
-  if (keys_m_bf16) {
+  if (kernel == MlaAttentionKernel::wgmma_seesaw64) {
+    p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
+    if (!launch_mla_attention_seesaw64(p, grid, q_fp8, s)) {
+      if (ws != nullptr) scratch_free(ws, s);  // (nothing was launched)
+      KESTREL_CHECK(false, op,
+                    ": the 64-key seesaw kernel needs tensor maps of the cache, and the driver could not encode them "
+                    "(cuTensorMapEncodeTiled missing or refused)");
+    }
+  } else if (keys_m_bf16) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     launch_mla_attention_keys_m_bf16(p, grid, q_fp8, s);
   } else if (keys_m) {

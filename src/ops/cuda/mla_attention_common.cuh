@@ -4,6 +4,7 @@
 // helpers with exact conversions.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -175,6 +176,16 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
 // The keys-as-M kernel for a bf16 cache (mla_attention_keys_m_bf16.cu), precision fast: same
 // params, grid (32-row tiles, splits, B), same outputs.
 void launch_mla_attention_keys_m_bf16(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s);
+
+// The 64-key seesaw kernel for a bf16 cache (mla_attention_seesaw64.cu), precision fast: same
+// params, grid (64-row tiles, splits, B), same outputs. False (nothing launched) when the driver
+// cannot encode its tensor maps of the cache.
+bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s);
+
+// A tensor map over a bf16 cache as [num_pages][page_size][576] (p's page and row strides), boxes
+// of 64 columns x box_rows rows x 1 page, 128-byte swizzle (mla_attention_sm90.cu); false when the
+// driver offers no encoder or refuses the map.
+bool encode_mla_bf16_cache_map(const MlaAttentionParams& p, int box_rows, CUtensorMap* map);
 
 // The element offsets of query row r of sequence s in the outputs: o's row (bf16) and lse's
 // element when the call has one split, else the split's partial row in ws_o (f32, 512 values) and

@@ -1076,16 +1076,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // runs, with the same results.
 bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
   if (p.page_size % kKeys != 0) return false;
-  const auto encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.page_size),
-                              static_cast<cuuint64_t>(p.num_pages)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.row_bytes), static_cast<cuuint64_t>(p.page_bytes)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kKeys), 1u};
-  const cuuint32_t unit[3] = {1u, 1u, 1u};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint8_t*>(p.cache), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_mla_bf16_cache_map(p, kKeys, map);
 }
 
 // The tensor map of a bf16 query for Q by TMA: q as [Tq * H rows][576] (a token's heads
@@ -1164,6 +1155,19 @@ void launch_by_dtype(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, boo
 }
 
 }  // namespace
+
+bool encode_mla_bf16_cache_map(const MlaAttentionParams& p, int box_rows, CUtensorMap* map) {
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.page_size),
+                              static_cast<cuuint64_t>(p.num_pages)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(p.row_bytes), static_cast<cuuint64_t>(p.page_bytes)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(box_rows), 1u};
+  const cuuint32_t unit[3] = {1u, 1u, 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<uint8_t*>(p.cache), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 void launch_mla_attention_sm90(const MlaAttentionParams& p, dim3 grid, bool fp8_cache, bool fp8_q, bool split_p,
                                bool lookahead, cudaStream_t s) {

@@ -56,6 +56,15 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const void* map, int c
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// tma_load_3d with an L2 cache policy (l2_evict_first_policy, or a policy constant).
+__device__ __forceinline__ void tma_load_3d_hint(uint32_t dst, const void* map, int c0, int c1, int c2, uint32_t bar,
+                                                 uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
+      "%4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+      : "memory");
+}
 // The same for a 2-D tensor map, box origin (c0, c1).
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c0, int c1, uint32_t bar) {
   asm volatile(
@@ -173,19 +182,48 @@ __device__ __forceinline__ void wgmma_m64n32k32_e4m3_rs(float (&d)[16], const ui
   KESTREL_WGMMA_M64N32_RS("m64n32k32.f32.e4m3.e4m3", "1, 1");
 }
 
-// O[64 x 64] += A[64 x 16] B[16 x 64] in f16, A from registers, B K-major in shared memory
-// (32 f32 accumulators per thread): the wide keys-as-M kernel's PV (V^T from registers, P^T).
+// m64n64k16 with 32 f32 accumulators per thread, A from registers (the `_rs` forms: 4 registers)
+// or K-major in shared memory (`_ss`), B K-major in shared memory; kF16 as above.
+#define KESTREL_WGMMA_D32_REGS \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define KESTREL_WGMMA_D32_OPERANDS(d)                                                                        \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),   \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),  \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define KESTREL_WGMMA_M64N64K16_RS(TYPE)                                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                 \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE KESTREL_WGMMA_D32_REGS                     \
+               "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"                                                \
+               : KESTREL_WGMMA_D32_OPERANDS(d)                                                               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d))
+#define KESTREL_WGMMA_M64N64K16_SS(TYPE)                                                                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                 \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE KESTREL_WGMMA_D32_REGS                     \
+               "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                              \
+               : KESTREL_WGMMA_D32_OPERANDS(d)                                                               \
+               : "l"(desc_a), "l"(desc_b), "r"(scale_d))
+// The wide keys-as-M kernel's PV (V^T from registers, P^T), and the 64-key seesaw kernel's QK over
+// Q's last column chunk (held in registers). scale_d == 0 overwrites d.
+template <bool kF16 = false>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, int scale_d = 1) {
+  if constexpr (kF16) {
+    KESTREL_WGMMA_M64N64K16_RS("f16.f16");
+  } else {
+    KESTREL_WGMMA_M64N64K16_RS("bf16.bf16");
+  }
+}
 __device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1));
+  wgmma_m64n64k16_rs<true>(d, a, desc_b, 1);
+}
+// The 64-key seesaw kernel's QK: S[64 x 64] (+)= Q K^T, both from shared memory.
+template <bool kF16 = false>
+__device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+  if constexpr (kF16) {
+    KESTREL_WGMMA_M64N64K16_SS("f16.f16");
+  } else {
+    KESTREL_WGMMA_M64N64K16_SS("bf16.bf16");
+  }
 }
 
 // Four 8 x 8 b16 matrices from the accumulator fragment (lane l holds row l / 4, columns

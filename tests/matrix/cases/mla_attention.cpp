@@ -180,6 +180,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
              kernel == ops::MlaAttentionKernel::wgmma_keys_m        ? "-km"
              : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "-kmw"
              : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "-kmb"
+             : kernel == ops::MlaAttentionKernel::wgmma_seesaw64    ? "-s64"
                                                                     : "",
              fast ? "-fastP" : "");
   c.size = s.size;
@@ -395,6 +396,17 @@ void add_mla_attention_cases(Registry& r, Size size) {
   // Without lse (its epilogue writes lse from the threads that hold each row's sums, only when
   // asked); seeded last, so every case above keeps its plan.
   add_case(r, ci[3], bf16, Variant::nolse, ++plan_seed, bf16, keys_m_bf16, fastp);
+  // v4, the 64-key seesaw ("-s64"): every shape, plain and strided, an fp8 q where the shape has
+  // fp8-q cases, the odd page sizes (one-row boxes) and a case without lse; seeded after the
+  // cases above, so that each of those keeps its plan.
+  constexpr auto seesaw64 = ops::MlaAttentionKernel::wgmma_seesaw64;
+  for (const AttnShape& s : shapes(size))
+    for (Variant var : {Variant::plain, Variant::strided}) {
+      add_case(r, s, bf16, var, ++plan_seed, bf16, seesaw64, fastp);
+      if (s.fp8_q) add_case(r, s, bf16, var, ++plan_seed, fp8, seesaw64, fastp);
+    }
+  for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, bf16, var, ++plan_seed, bf16, seesaw64, fastp);
+  add_case(r, ci[3], bf16, Variant::nolse, ++plan_seed, bf16, seesaw64, fastp);
 }
 
 }  // namespace kestrel::matrix

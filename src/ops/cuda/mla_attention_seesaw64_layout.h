@@ -1,0 +1,79 @@
+// mla_attention, the 64-key seesaw kernel (v4, mla_attention_seesaw64.cu): its shared-memory
+// budget and the index maps its operands use, plain C++ so that the host emulation
+// (tests/ops/mla_attention_seesaw64_layout_test.cpp, against the PTX ISA model of
+// tests/testing/sm90_hw_model.h) checks the maps the kernel runs. Built on v2's swizzle and
+// descriptor helpers (mla_attention_sm90_layout.h); only the tile geometry differs: 64-key KV
+// tiles, so a KV column chunk has Q's shape (64 rows x 128 bytes).
+#pragma once
+
+#include <cstdint>
+
+#include "mla_attention_sm90_layout.h"
+
+namespace kestrel::ops::cuda::seesaw64 {
+
+using sm90::kAtomCols;
+using sm90::kColChunks;
+using sm90::kDqk;
+using sm90::kDv;
+using sm90::kRows;
+
+constexpr int kKeys = 64;                               // KV positions per tile (QK's N, PV's K)
+constexpr int kChunkBytes = kKeys * 128;                // 8,192: one column chunk of a KV tile
+constexpr int kStageBytes = kColChunks * kChunkBytes;   // 73,728
+constexpr int kStages = 2;
+constexpr int kQkSteps = kDqk / 16;                     // 36
+constexpr int kQkSmemSteps = kQkSteps - 4;              // Q chunks 0-7 from shared memory; chunk 8
+                                                        // (k-steps 32-35) from registers
+constexpr int kPvSteps = kKeys / 16;                    // 4
+constexpr int kHalfLChunks = 4;                         // half L: column chunks 0-3 (V columns 0-255)
+static_assert(kChunkBytes == sm90::kQChunkBytes, "a KV chunk has Q's shape: the same k-step offsets");
+
+// ---- shared memory (offsets from the dynamic base, which is 1,024-aligned on sm_90:
+// tools/smem_base_probe.cu; the kernel traps otherwise) ----------------------------------------
+//   Q       [9 chunks][64 rows][128 B]  73,728  chunk 8 is P1 once each thread holds its part of it
+//   stages  2 x [9][64][128 B]         147,456
+//   P0      [64 rows][128 B]             8,192  warpgroup 0's P (tile a), rescaled, for warpgroup 1
+//   rows    m, scale0, scale1, l [2]     1,280  f32 per row
+//   mbarriers full [2][9], empty [2][2]    176
+constexpr uint32_t kOffQ = 0;
+constexpr uint32_t kOffP1 = kOffQ + 8 * sm90::kQChunkBytes;  // Q's chunk 8
+constexpr uint32_t kOffStages = kOffQ + sm90::kQBytes;
+constexpr uint32_t kOffP0 = kOffStages + kStages * kStageBytes;
+constexpr uint32_t kPBytes = kRows * 128;
+constexpr uint32_t kOffM = kOffP0 + kPBytes;
+constexpr uint32_t kOffScale0 = kOffM + kRows * 4;
+constexpr uint32_t kOffScale1 = kOffScale0 + kRows * 4;
+constexpr uint32_t kOffL = kOffScale1 + kRows * 4;  // [2 warpgroups][64]
+constexpr uint32_t kOffBarFull = kOffL + 2 * kRows * 4;
+constexpr uint32_t kOffBarEmpty = kOffBarFull + kStages * kColChunks * 8;
+constexpr uint32_t kSmemBytes = kOffBarEmpty + kStages * 2 * 8;
+static_assert(kOffStages % 1024 == 0 && kOffP0 % 1024 == 0 && kOffP1 % 1024 == 0 && kOffBarFull % 8 == 0);
+static_assert(kSmemBytes == 230832 && kSmemBytes <= 232448, "the budget above");
+
+KESTREL_SM90_HD uint32_t full_bar(int stage, int chunk) { return kOffBarFull + 8 * (stage * kColChunks + chunk); }
+KESTREL_SM90_HD uint32_t empty_bar(int stage, int half) { return kOffBarEmpty + 8 * (stage * 2 + half); }
+
+// ---- operands -----------------------------------------------------------------------------
+// QK, k-step kk (features 16 kk ..): A = Q (M = 64 rows), B = the KV tile (N = 64 keys), both
+// K-major with the 128-byte swizzle, the same offsets (a KV chunk has Q's shape): v2's
+// sw128_lo / q_step_lo / desc_of. Chunk 8 of Q comes from registers: thread t's A fragment of
+// k-step 32 + s, register j (values 2 j, 2 j + 1 of the PTX figure: adjacent columns) is the
+// 4 bytes at q8_offset(t, s, j) from Q's start.
+KESTREL_SM90_HD uint32_t q8_offset(int t, int s, int j) {
+  return sm90::sw128_offset(kRows, sm90::frag_a_row(t, 2 * j), 8 * kAtomCols + 16 * s + sm90::frag_a_col(t, 2 * j));
+}
+
+// PV of warpgroup c (V columns 256 c ..), k-step ks (keys 16 ks ..): B = V read MN-major from
+// the tile: 64 columns in a 128-byte row, the next 64 one chunk (LBO 8,192) away, keys 128 B
+// apart, the next 8 keys SBO 1,024 away.
+KESTREL_SM90_HD uint64_t v_desc(uint32_t stage, int c, int ks) {
+  return sm90::make_desc_sw128(stage + static_cast<uint32_t>(4 * c * kChunkBytes + ks * 16 * 128), kChunkBytes, sm90::kSbo);
+}
+
+// P of a tile through shared memory (P0, P1): [64 rows][64 keys] bf16 in one swizzled chunk,
+// Q's layout, read as PV's A (K-major) by the other warpgroup: k-step ks is Q's k-step ks. The
+// writer stores each register pair (adjacent keys) of its score fragment as 4 bytes.
+KESTREL_SM90_HD uint32_t p_offset(int row, int key) { return sm90::sw128_offset(kRows, row, key); }
+
+}  // namespace kestrel::ops::cuda::seesaw64
