@@ -137,13 +137,16 @@ void add_mla_attention_benches(Registry& r) {
     for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, kernel, fast);
     for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, kernel, fast);
   }
-  // v4 (the 64-key seesaw), forced, P rounded once: the compute-bound rows (H 96 / 128, verify 2 /
-  // 4 / 8 at B 128 8k; v2's are above), B 32 and 8 of the same, and the H 32 decode at B 128 8k.
-  for (const auto& [H, q_len] : {std::pair<int64_t, int64_t>{96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
-    for (const int64_t B : {8, 32, 64, 128}) {
-      add(DType::bf16, DType::bf16, H, q_len, B, 8192, ops::MlaAttentionKernel::wgmma_seesaw64, fast);
-      if (B != 128) add(DType::bf16, DType::bf16, H, q_len, B, 8192, ops::MlaAttentionKernel::wgmma, fast);  // (B 128: above)
-    }
+  // v4 (the 64-key seesaw) beside v2, both forced, P rounded once, over the batch and
+  // context grid for more than 32 rows a sequence (H 64 / 96 / 128 decode, verify 2 / 4 / 8 at H
+  // 32): where automatic takes v4 (mla_attention_cuda_kernel); and the H 32 decode at B 128 8k.
+  for (const auto& [H, q_len] : {std::pair<int64_t, int64_t>{64, 1}, {96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
+    for (const int64_t B : {1, 8, 32, 128})
+      for (const int64_t ctx : {1024, 8192, 32768}) {
+        add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma_seesaw64, fast);
+        const bool above = B == 128 && ctx == 8192 && H != 64;
+        if (!above) add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma, fast);
+      }
   add(DType::bf16, DType::bf16, 32, 1, 128, 8192, ops::MlaAttentionKernel::wgmma_seesaw64, fast);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
