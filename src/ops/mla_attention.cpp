@@ -134,11 +134,16 @@ bool mla_attention_q_by_tensor_copy(int64_t kv_len, int64_t splits) {
 // padding; B 32 1.10x). H200, docs/perf.md (twentieth session).
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len,
-                                             bool fast_precision, bool bf16_cache) {
+                                             bool fast_precision, bool bf16_cache, int64_t page_size, int64_t num_sms) {
   if (requested != MlaAttentionKernel::automatic) return requested;
   if (!(cc_major == 9 && cc_minor == 0)) return MlaAttentionKernel::mma_sync;
   if (bf16_cache && fast_precision && rows <= kMlaAttentionKeysMTileRows && batch * kv_len >= kMlaAttentionKeysMBf16MinKeys)
     return MlaAttentionKernel::wgmma_keys_m_bf16;
+  if (bf16_cache && fast_precision && rows > kMlaAttentionKeysMTileRows && page_size % 64 == 0) {
+    const int64_t tiles64 = (rows + kMlaAttentionKeysMWideTileRows - 1) / kMlaAttentionKeysMWideTileRows;
+    const int64_t splits = mla_attention_num_splits(batch, tiles64, kv_len, num_sms);
+    if (kv_len / splits >= kMlaAttentionSeesaw64MinSplitKeys) return MlaAttentionKernel::wgmma_seesaw64;
+  }
   const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
   if (!fp8_cache_and_q || batch * tiles * kv_len < kMlaAttentionKeysMMinTileKeys) return MlaAttentionKernel::wgmma;
   const int64_t wide_tiles = (rows + kMlaAttentionKeysMWideTileRows - 1) / kMlaAttentionKeysMWideTileRows;

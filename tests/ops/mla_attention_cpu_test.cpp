@@ -135,12 +135,31 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 4, 32768, true, true), K::wgmma_keys_m_bf16);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 1, 32768, true, true), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 1, 128, 8192, true, true), K::wgmma_keys_m_bf16);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 33, 128, 8192, true, true), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 8192, true, true), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 33, 128, 8192, true, true), K::wgmma_seesaw64);  // v4 (below)
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 8192, true, true), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, false, true), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, true, false), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0, false, 32, 128, 8192, true, true), K::mma_sync);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m_bf16, 9, 0, true, 128, 1, 64, false), K::wgmma_keys_m_bf16);
+  // v4: a bf16 cache (any q), the fast precision, rows > 32, pages of a multiple of 64 keys, and
+  // splits of at least 4096 keys (kv_len / the split count for 64-row tiles on num_sms SMs).
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 128, 4096, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 128, 4095, true, true, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 128, 8192, true, true, 128, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 128, 8192, true, true, 32, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 128, 8192, false, true, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 128, 8192, true, false, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 128, 8192, true, false, 64, 132), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0, false, 64, 128, 8192, true, true, 64, 132), K::mma_sync);
+  // B 32 H 128 (two row tiles): 64 CTAs x 2 splits of 4096 keys at 8k: yes; B 8: 16 CTAs x 8 splits,
+  // of 1024 keys at 8k, of 4096 at 32k; B 1 H 128: 66 splits, 32768 / 66 = 496 keys.
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 32, 8192, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 8192, true, true, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 32768, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 1, 32768, true, true, 64, 132), K::wgmma);
+  // Fewer SMs, fewer splits: B 8 H 128 at 8k on 16 SMs is one split of 8192.
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 8192, true, true, 64, 16), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_seesaw64, 9, 0, true, 32, 1, 64, false, false, 16, 132), K::wgmma_seesaw64);
 }
 
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at

@@ -198,6 +198,42 @@ TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
   EXPECT_TRUE(launched(run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
 }
 
+// v4 (the 64-key seesaw) runs when forced with a bf16 cache and the fast precision, with either q,
+// and is refused with the reason for an fp8 cache and for the exact precision; the automatic choice
+// (mla_attention_cuda_kernel) takes it for a fast decode whose CTAs stream 4096 keys each (17
+// sequences x 8 row tiles of H 512 fill the SMs with one split), and keeps v2 for the exact
+// precision, for pages of 32 keys and for short splits; at H 32 the bf16 keys-as-M kernel.
+TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
+  constexpr const char* kV4 = "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>";
+  Problem p = make(64, DType::bf16, {100, 37, 700}, 41, 64);
+  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast), kV4));
+  Problem q8 = make(64, DType::bf16, {100, 37, 700}, 42, 64);
+  use_fp8_q(q8, 43);
+  EXPECT_TRUE(launched(run(q8, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast),
+                       "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P>"));
+  const Support exact = mla_attention_supports(Backend::cuda, args(p, MlaAttentionKernel::wgmma_seesaw64));
+  EXPECT_FALSE(exact.ok);
+  EXPECT_NE(exact.reason.find("runs precision fast only"), std::string::npos) << exact.reason;
+  MlaAttentionArgs fp8_cache = args(make(64, DType::fp8_e4m3, {10}, 44, 64), MlaAttentionKernel::wgmma_seesaw64);
+  fp8_cache.precision = MlaAttentionPrecision::fast;
+  const Support fp8 = mla_attention_supports(Backend::cuda, fp8_cache);
+  EXPECT_FALSE(fp8.ok);
+  EXPECT_NE(fp8.reason.find("takes a bf16 cache, got fp8_e4m3"), std::string::npos) << fp8.reason;
+  const std::vector<int32_t> long_splits(17, static_cast<int32_t>(kMlaAttentionSeesaw64MinSplitKeys));
+  Problem large = make(64, DType::bf16, long_splits, 45, 512);
+  const auto auto_log = run(large, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
+  EXPECT_TRUE(launched(auto_log, kV4));
+  EXPECT_FALSE(launched(auto_log, "mla_attention_sm90_kernel<"));
+  EXPECT_FALSE(launched(auto_log, "combine"));  // one split
+  EXPECT_TRUE(launched(run(large, MlaAttentionKernel::automatic, MlaAttentionPrecision::exact), "mla_attention_sm90_kernel<"));
+  Problem paged32 = make(32, DType::bf16, long_splits, 46, 512);
+  EXPECT_TRUE(launched(run(paged32, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
+  Problem short_splits = make(64, DType::bf16, {4096, 4096}, 48, 64);  // 2 CTAs' worth: many splits
+  EXPECT_TRUE(launched(run(short_splits, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
+  Problem h32 = make(64, DType::bf16, std::vector<int32_t>(16, 8192), 47, 32);
+  EXPECT_TRUE(launched(run(h32, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_keys_m_bf16_kernel<"));
+}
+
 // Its wide form (64 query rows per CTA) runs when forced with the fast precision, is refused with
 // the reason for the exact one, and is the automatic choice for an fp8 fast call with 64+ rows
 // per sequence and work enough (here H 128: two 64-row tiles per sequence, 4 x 2 x 8192 tile-keys);

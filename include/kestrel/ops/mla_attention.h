@@ -130,15 +130,24 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // keys-as-M kernel when a sequence's rows fit one 32-row tile (rows <= 32: an H 32 decode) and
 // batch x kv_len >= kMlaAttentionKeysMBf16MinKeys (H200, twenty-third session: 1.04-1.17x over v2
 // from B 128 x 1k and B 8 x 32k up; v2 faster below, and 1.7-2x faster with more rows, where the
-// 32-row tiles read the cache once per 32 rows). v2 covers every call v1 supports (same limits).
+// 32-row tiles read the cache once per 32 rows). For a bf16 cache at the fast precision with more
+// rows (rows > 32: H 64 / 96 / 128 decode, verify blocks), v4 (the 64-key seesaw) when the cache's
+// pages hold whole 64-key tiles (page_size % 64 == 0: one tensor box per 64-column chunk) and each
+// CTA streams at least kMlaAttentionSeesaw64MinSplitKeys keys: kv_len / mla_attention_num_splits(
+// batch, ceil(rows / 64), kv_len, num_sms) (H200 grid, twenty-seventh session, docs/perf.md: v4
+// 0.99-1.11x of v2 from 4096 keys a split up, 0.94-1.01x at 2048, slower below: its two stages
+// and longer prologue cost more a CTA). v2 covers every call v1 supports (same limits).
 inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;      // query rows per CTA of the keys-as-M kernel
 inline constexpr int64_t kMlaAttentionKeysMWideTileRows = 64;  // and of its wide form
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
 inline constexpr int64_t kMlaAttentionKeysMWideMinTileKeys = 65536;
 inline constexpr int64_t kMlaAttentionKeysMBf16MinKeys = 131072;
+inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
+// (page_size and num_sms: the defaults are the engine's page and an H200's SMs, for the tests)
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len,
-                                             bool fast_precision, bool bf16_cache = false);
+                                             bool fast_precision, bool bf16_cache = false, int64_t page_size = 64,
+                                             int64_t num_sms = 132);
 
 namespace cpu {
 void mla_attention(const MlaAttentionArgs& a);

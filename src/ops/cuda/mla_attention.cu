@@ -704,17 +704,17 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   // tiles of 64 (v1, v2, the wide keys-as-M kernel) or 32 (the keys-as-M kernels).
   const auto [cc_major, cc_minor] = compute_capability();
   const int64_t q_plan = (Tq + B - 1) / B;
+  const int sms = num_sms();
   const MlaAttentionKernel kernel =
       mla_attention_cuda_kernel(a.cuda_kernel, cc_major, cc_minor, a.cache.dtype == DType::fp8_e4m3 && q_fp8,
                                 q_plan * H, B, static_cast<int64_t>(p.max_pages) * p.page_size,
-                                a.precision == MlaAttentionPrecision::fast, a.cache.dtype == DType::bf16);
+                                a.precision == MlaAttentionPrecision::fast, a.cache.dtype == DType::bf16, p.page_size, sms);
   const bool keys_m = kernel == MlaAttentionKernel::wgmma_keys_m || kernel == MlaAttentionKernel::wgmma_keys_m_wide;
   const bool keys_m_bf16 = kernel == MlaAttentionKernel::wgmma_keys_m_bf16;
   const int64_t tile_rows = kernel == MlaAttentionKernel::wgmma_keys_m || keys_m_bf16 ? kMlaAttentionKeysMTileRows
                             : kernel == MlaAttentionKernel::wgmma_keys_m_wide ? kMlaAttentionKeysMWideTileRows
                                                                                 : kRows;
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
-  const int sms = num_sms();
   const int64_t splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms);
   p.splits = static_cast<int>(splits);
   KESTREL_CHECK(row_tiles <= INT32_MAX, op, ": ", row_tiles, " row tiles exceed the grid");
@@ -729,13 +729,18 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
   }
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
+  // v2 takes what v4 cannot launch when the rule chose v4 (same tiles, splits and workspace): its
+  // relayout mode needs no tensor map. A forced v4 fails instead, saying why.
+  bool run_v2 = kernel == MlaAttentionKernel::wgmma;
   if (kernel == MlaAttentionKernel::wgmma_seesaw64) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     if (!launch_mla_attention_seesaw64(p, grid, q_fp8, s)) {
-      if (ws != nullptr) scratch_free(ws, s);  // (nothing was launched)
-      KESTREL_CHECK(false, op,
+      const bool forced = a.cuda_kernel != MlaAttentionKernel::automatic;
+      if (forced && ws != nullptr) scratch_free(ws, s);  // (nothing was launched)
+      KESTREL_CHECK(!forced, op,
                     ": the 64-key seesaw kernel needs tensor maps of the cache, and the driver could not encode them "
                     "(cuTensorMapEncodeTiled missing or refused)");
+      run_v2 = true;
     }
   } else if (keys_m_bf16) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
@@ -744,7 +749,18 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     launch_mla_attention_keys_m(p, grid, a.precision == MlaAttentionPrecision::exact,
                                 kernel == MlaAttentionKernel::wgmma_keys_m_wide, s);
-  } else if (kernel == MlaAttentionKernel::wgmma) {
+  } else if (!run_v2) {  // v1
+    if (fp8 && q_fp8) {
+      launch<true, true>(p, grid, s);
+    } else if (fp8) {
+      launch<true, false>(p, grid, s);
+    } else if (q_fp8) {
+      launch<false, true>(p, grid, s);
+    } else {
+      launch<false, false>(p, grid, s);
+    }
+  }
+  if (run_v2) {
     p.q_async = p.q_vec && !q_fp8 && static_cast<int64_t>(grid.x) * grid.y * grid.z <= sms;
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
     p.q_tensor = mla_attention_q_by_tensor_copy(static_cast<int64_t>(p.max_pages) * p.page_size, splits);
@@ -752,14 +768,6 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
     const int64_t kv_len = static_cast<int64_t>(p.max_pages) * p.page_size;
     const bool lookahead = mla_attention_lookahead(!fp8, split_p, (kv_len + splits - 1) / splits, q_plan * H);
     launch_mla_attention_sm90(p, grid, fp8, q_fp8, split_p, lookahead, s);
-  } else if (fp8 && q_fp8) {
-    launch<true, true>(p, grid, s);
-  } else if (fp8) {
-    launch<true, false>(p, grid, s);
-  } else if (q_fp8) {
-    launch<false, true>(p, grid, s);
-  } else {
-    launch<false, false>(p, grid, s);
   }
   if (splits > 1) {
     KESTREL_CHECK(Tq * H <= INT32_MAX, op, ": Tq * H = ", Tq * H, " exceeds the combine grid");

@@ -407,6 +407,12 @@ void add_mla_attention_cases(Registry& r, Size size) {
     }
   for (Variant var : {Variant::plain, Variant::strided}) add_case(r, odd_pages, bf16, var, ++plan_seed, bf16, seesaw64, fastp);
   add_case(r, ci[3], bf16, Variant::nolse, ++plan_seed, bf16, seesaw64, fastp);
+  // A verify block whose 64-key tile ends between two of its rows' causal limits: at H 32 a row
+  // tile holds tokens 0 and 1 of sequence 0 (limits 63 and 64 of 70 keys), and the tile [0, 64)
+  // must mask key 63 for token 0 (v4 skips the mask only on tiles that end by the first row's limit).
+  const AttnShape tile_edge = {"verify", 32, 64, {8, 4, 8}, {70, 130, 200}, Size::ci, false};
+  add_case(r, tile_edge, bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp);
+  add_case(r, tile_edge, bf16, Variant::plain, ++plan_seed, bf16, ops::MlaAttentionKernel::automatic, fastp);
 }
 
 }  // namespace kestrel::matrix
