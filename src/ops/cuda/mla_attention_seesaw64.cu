@@ -1,6 +1,12 @@
 // mla_attention, CUDA v4 (sm_90a): the seesaw over 64-key tiles, for a bf16 cache with P rounded
 // once (precision fast). Same op, plan (grid of 64-row tiles, split rule, workspace, combine) and
-// semantics as the other kernels (docs/ops/mla_attention.md). DRAFT (branch seesaw64): forced only.
+// semantics as the other kernels (docs/ops/mla_attention.md). The automatic choice for a bf16 cache
+// at the fast precision with more than 32 rows a sequence and splits of 4096+ keys (the rule:
+// mla_attention_cuda_kernel); forced as wgmma_seesaw64.
+// Twenty-seventh session: a clock64 timeline of the copies (branch s64-copytime) showed the half-R
+// producer issuing b.R ~2,000 cycles after its release, behind a.R; one producer warp per (stage,
+// half) and evict-first copies took H 128 B128 8k from 577 to ~502 us (v2 524, FlashMLA ~465).
+// The history below is the draft's.
 // Measured (H200, twenty-fifth session; docs/perf.md): correct at its first run (the -s64 matrix
 // cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
 // (547), verify 2 / 4 / 8 346 / 648 / 1257 (319 / 565 / 1160), H 32 330-353 (313). Its phase
