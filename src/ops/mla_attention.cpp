@@ -140,8 +140,8 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
   if (bf16_cache && fast_precision && rows <= kMlaAttentionKeysMTileRows && batch * kv_len >= kMlaAttentionKeysMBf16MinKeys)
     return MlaAttentionKernel::wgmma_keys_m_bf16;
   if (bf16_cache && fast_precision && rows > kMlaAttentionKeysMTileRows && page_size % 64 == 0) {
-    const int64_t tiles64 = (rows + kMlaAttentionKeysMWideTileRows - 1) / kMlaAttentionKeysMWideTileRows;
-    const int64_t splits = mla_attention_num_splits(batch, tiles64, kv_len, num_sms);
+    const int64_t tiles = (rows + kMlaAttentionSeesaw64TileRows - 1) / kMlaAttentionSeesaw64TileRows;
+    const int64_t splits = mla_attention_num_splits(batch, tiles, kv_len, num_sms);
     if (kv_len / splits >= kMlaAttentionSeesaw64MinSplitKeys) return MlaAttentionKernel::wgmma_seesaw64;
   }
   const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;

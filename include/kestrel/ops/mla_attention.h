@@ -142,6 +142,7 @@ inline constexpr int64_t kMlaAttentionKeysMWideTileRows = 64;  // and of its wid
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
 inline constexpr int64_t kMlaAttentionKeysMWideMinTileKeys = 65536;
 inline constexpr int64_t kMlaAttentionKeysMBf16MinKeys = 131072;
+inline constexpr int64_t kMlaAttentionSeesaw64TileRows = 64;  // query rows per CTA of v4 (and of v2)
 inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
 // (page_size and num_sms: the defaults are the engine's page and an H200's SMs, for the tests)
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,

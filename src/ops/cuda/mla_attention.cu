@@ -87,6 +87,7 @@ namespace kestrel::ops::cuda {
 namespace {
 
 constexpr int kRows = 64;                // query rows per CTA tile
+static_assert(kRows == kMlaAttentionSeesaw64TileRows, "v4's rule plans the 64-row tiles the dispatch launches");
 constexpr int kKeys = 32;                // KV positions per shared-memory tile
 constexpr int kThreads = 256;            // 8 warps
 constexpr int kDqk = 576, kDv = 512;
