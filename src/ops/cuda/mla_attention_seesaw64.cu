@@ -151,10 +151,14 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
       }
       const bool whole = tile_rows > 0 && __all_sync(0xffffffffu, in[0] && in[1]);
       const uint32_t stage = s64::kOffStages + st * s64::kStageBytes;
+      if (whole && lane == 0)
+        for (int c = c0; c < c1; ++c) {
+          mbar_wait(base + s64::full_bar(st, c), ((ti / s64::kStages) & 1) ^ 1);
+          mbar_arrive_expect_tx(base + s64::full_bar(st, c), s64::kChunkBytes);
+        }
+      __syncwarp();
       mbar_wait(base + s64::empty_bar(st, half), ((ti / s64::kStages) & 1) ^ 1);
       if (whole) {
-        if (lane == 0)
-          for (int c = c0; c < c1; ++c) mbar_arrive_expect_tx(base + s64::full_bar(st, c), s64::kChunkBytes);
         for (int r0 = 0; r0 < kKeys; r0 += tile_rows) {
           const int pg = __shfl_sync(0xffffffffu, r0 < 32 ? page[0] : page[1], r0 % 32);
           if (lane == 0)
