@@ -157,7 +157,14 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
           mbar_arrive_expect_tx(base + s64::full_bar(st, c), s64::kChunkBytes);
         }
       __syncwarp();
+      const int row0 = pos0 % p.page_size;  // (before the wait: off the path from release to copy)
       mbar_wait(base + s64::empty_bar(st, half), ((ti / s64::kStages) & 1) ^ 1);
+      if (whole && tile_rows == kKeys) {  // one box per chunk (a page of 64 or more)
+        if (lane == 0)
+          for (int c = c0; c < c1; ++c)
+            tma_load_3d_hint(base + stage + c * s64::kChunkBytes, &map_tile, 64 * c, row0, page[0], base + s64::full_bar(st, c), policy);
+        continue;
+      }
       if (whole) {
         for (int r0 = 0; r0 < kKeys; r0 += tile_rows) {
           const int pg = __shfl_sync(0xffffffffu, r0 < 32 ? page[0] : page[1], r0 % 32);
