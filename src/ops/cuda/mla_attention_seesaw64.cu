@@ -134,7 +134,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
   // out what is read again. Measured with the producers per stage: 1.024x at H 128 B128 8k,
   // 1.03x at H 96, 1.01x at verify 4 (H200, twenty-seventh session). (v2 lost 3% with it.)
   const uint64_t policy = sm90::l2_evict_first_policy();
-  uint32_t ti = 0;
+  uint32_t ti = 0, edges = 0;  // edges: this warp's uses of its edge barrier (its parity)
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
@@ -150,6 +150,12 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
         in[h] = pos < tp.kv_end && !nan[h];
       }
       const bool whole = tile_rows > 0 && __all_sync(0xffffffffu, in[0] && in[1]);
+      // A tile that ends inside its page (the last of a split or of a causal limit): with pages
+      // of 64 or more, its keys below kv_end share one page, so it is copied as one box per
+      // chunk like a whole tile and its rows past kv_end zeroed afterwards, instead of one-row
+      // copies per key: 64 of those per chunk made the tile cost ~28 us per CTA (H 128 B128
+      // decode at 8,190 keys 551 us against 494 at 8,192; twenty-eighth session).
+      const bool edge = !whole && tile_rows == kKeys && !__any_sync(0xffffffffu, nan[0] || nan[1]);
       const uint32_t stage = s64::kOffStages + st * s64::kStageBytes;
       if (whole && lane == 0)
         for (int c = c0; c < c1; ++c) {
@@ -163,6 +169,29 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
         if (lane == 0)
           for (int c = c0; c < c1; ++c)
             tma_load_3d_hint(base + stage + c * s64::kChunkBytes, &map_tile, 64 * c, row0, page[0], base + s64::full_bar(st, c), policy);
+        continue;
+      }
+      if (edge) {
+        const uint32_t bar = base + s64::edge_bar(st, half);
+        if (lane == 0) {
+          mbar_arrive_expect_tx(bar, static_cast<uint32_t>(c1 - c0) * s64::kChunkBytes);
+          for (int c = c0; c < c1; ++c)
+            tma_load_3d_hint(base + stage + c * s64::kChunkBytes, &map_tile, 64 * c, row0, page[0], bar, policy);
+        }
+        mbar_wait(bar, edges++ & 1);  // landed: the zeros below go over it, not under
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (in[h]) continue;
+          const int key = lane + 32 * h;
+          for (int c = c0; c < c1; ++c)
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+              *reinterpret_cast<uint4*>(base_ptr + stage + c * s64::kChunkBytes + key * 128 + u * 16) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        fence_proxy_async();  // the zeros before the consumers' wgmmas (async proxy)
+        __syncwarp();
+        if (lane == 0)
+          for (int c = c0; c < c1; ++c) mbar_arrive(base + s64::full_bar(st, c));
         continue;
       }
       if (whole) {
@@ -661,7 +690,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::prefetch_tensormap(&map_row);
     for (int st = 0; st < s64::kStages; ++st) {
       for (int c = 0; c < kChunks; ++c) mbar_init(base + s64::full_bar(st, c), 1);  // a producer lane (+ tx bytes)
-      for (int h = 0; h < 2; ++h) mbar_init(base + s64::empty_bar(st, h), 4);       // the 4 warps of the reader
+      for (int h = 0; h < 2; ++h) {
+        mbar_init(base + s64::empty_bar(st, h), 4);  // the 4 warps of the reader
+        mbar_init(base + s64::edge_bar(st, h), 1);   // the producer lane (+ tx bytes)
+      }
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }

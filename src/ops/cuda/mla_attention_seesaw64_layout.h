@@ -47,12 +47,16 @@ constexpr uint32_t kOffScale1 = kOffScale0 + kRows * 4;
 constexpr uint32_t kOffL = kOffScale1 + kRows * 4;  // [2 warpgroups][64]
 constexpr uint32_t kOffBarFull = kOffL + 2 * kRows * 4;
 constexpr uint32_t kOffBarEmpty = kOffBarFull + kStages * kColChunks * 8;
-constexpr uint32_t kSmemBytes = kOffBarEmpty + kStages * 2 * 8;
+// Per (stage, half): the producer's own barrier for a tile that ends in its page before the
+// tile's end (copied whole, then its rows past the end zeroed before `full`).
+constexpr uint32_t kOffBarEdge = kOffBarEmpty + kStages * 2 * 8;
+constexpr uint32_t kSmemBytes = kOffBarEdge + kStages * 2 * 8;
 static_assert(kOffStages % 1024 == 0 && kOffP0 % 1024 == 0 && kOffP1 % 1024 == 0 && kOffBarFull % 8 == 0);
-static_assert(kSmemBytes == 230832 && kSmemBytes <= 232448, "the budget above");
+static_assert(kSmemBytes == 230864 && kSmemBytes <= 232448, "the budget above");
 
 KESTREL_SM90_HD uint32_t full_bar(int stage, int chunk) { return kOffBarFull + 8 * (stage * kColChunks + chunk); }
 KESTREL_SM90_HD uint32_t empty_bar(int stage, int half) { return kOffBarEmpty + 8 * (stage * 2 + half); }
+KESTREL_SM90_HD uint32_t edge_bar(int stage, int half) { return kOffBarEdge + 8 * (stage * 2 + half); }
 
 // ---- operands -----------------------------------------------------------------------------
 // QK, k-step kk (features 16 kk ..): A = Q (M = 64 rows), B = the KV tile (N = 64 keys), both

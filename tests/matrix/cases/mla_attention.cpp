@@ -206,6 +206,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
     const int64_t cache_n = static_cast<int64_t>(in.bytes[kCache].size() / dtype_size(in.dtypes[kCache]));
     for (int64_t i = 0; i < cache_n; ++i) {
       const double a = std::fabs(in.value(kCache, i));
+      if (std::isnan(a)) continue;  // the rows past a sequence's length (never attended)
       max_k = std::max(max_k, a);
       if (i % kMlaRow < kMlaNope) max_v = std::max(max_v, a);
     }
@@ -235,7 +236,26 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
   };
 
   // One push_back per buffer, in the order of the k* indices.
-  const Gen cache_gen = dt == DType::bf16 ? Gen::uniform(-1, 1) : fp8_values();
+  // The rows past each sequence's length in its last page hold NaN: a kernel may copy them with
+  // the page (their keys masked, their weights 0), but 0 * NaN is NaN in P V, so whatever reads
+  // them must keep them out (v4 copies such a tile whole and zeroes those rows).
+  std::vector<int64_t> nan_rows;  // first element of each poisoned row
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t L = s.seq_lens[b];
+    if (L <= 0 || L % ps == 0) continue;
+    const int64_t page = plan.table[b * plan.max_pages + (L - 1) / ps];
+    for (int64_t r = L % ps; r < ps; ++r) nan_rows.push_back((page * cache_rows + r) * kMlaRow);
+  }
+  const Gen cache_gen = Gen::with([bf16 = dt == DType::bf16, nan_rows](std::vector<double>& v, uint64_t seed) {
+    if (bf16) {
+      std::mt19937_64 rng(seed);
+      std::uniform_real_distribution<double> u(-1.0, 1.0);
+      for (auto& x : v) x = u(rng);
+    } else {
+      fp8_values().custom(v, seed);
+    }
+    for (const int64_t r : nan_rows) std::fill_n(v.begin() + r, kMlaRow, std::nan(""));
+  });
   c.buffers.push_back({"o", DType::bf16, {Tq, H, kMlaNope}, Role::output,
                        strided ? Layout::inner_strided : Layout::contiguous, Gen(), o_metric});
   c.buffers.push_back({"q", q_dt, {Tq, H, kMlaRow}, Role::input, strided ? Layout::padded : Layout::contiguous,
