@@ -119,6 +119,71 @@ __device__ __forceinline__ void lookup_pages(int (&page)[2], const MlaAttentionP
   }
 }
 
+// Pages of 64 keys or more (tile_rows 64): a tile (its first key a multiple of 64) lies in one
+// page, so one lookup, one box per chunk, and no per-key state: the warp's few registers do not
+// spill, and nothing but the copies follows the wait for the stage's release. A whole tile's
+// barriers are armed before that wait (once their previous phase completed), and its row in the
+// page computed before it: together 1.05x at H 128 B128 8k (twenty-eighth session).
+// A tile that ends inside its page (the last of a split or under a causal limit) is copied whole
+// on the warp's edge barrier and its rows past kv_end zeroed before `full`, instead of one-row
+// copies per key (64 of those per chunk cost ~28 us per CTA: H 128 B128 decode 551 us at 8,190
+// keys against 494 at 8,192). A page outside the cache: NaN rows below kv_end, no copy.
+__device__ __forceinline__ void producer_paged64(const MlaAttentionParams& p, const CUtensorMap& map_tile, int b, const SeqPlan& s,
+                                                 uint32_t base, uint8_t* base_ptr, int half, int st, int lane) {
+  const int c0 = half == kHalfL ? 0 : s64::kHalfLChunks, c1 = half == kHalfL ? s64::kHalfLChunks : kChunks;
+  const uint64_t policy = sm90::l2_evict_first_policy();  // (see producer())
+  uint32_t ti = 0, edges = 0;  // edges: uses of this warp's edge barrier (its parity)
+  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+    const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
+    for (int j = 0; j < tp.ntiles; ++j, ++ti) {
+      if (static_cast<int>(ti % s64::kStages) != st) continue;
+      const int pos0 = s.begin + j * kKeys, keys = min(kKeys, tp.kv_end - pos0);  // keys >= 1
+      const int page = page_at(p, b, pos0 / p.page_size), row0 = pos0 % p.page_size;
+      const bool valid = page >= 0 && page < p.num_pages;
+      const uint32_t stage = base + s64::kOffStages + st * s64::kStageBytes, parity = ((ti / s64::kStages) & 1) ^ 1;
+      if (valid && keys == kKeys) {
+        if (lane == 0)
+          for (int c = c0; c < c1; ++c) {
+            mbar_wait(base + s64::full_bar(st, c), parity);
+            mbar_arrive_expect_tx(base + s64::full_bar(st, c), s64::kChunkBytes);
+          }
+        __syncwarp();
+        mbar_wait(base + s64::empty_bar(st, half), parity);
+        if (lane == 0)
+          for (int c = c0; c < c1; ++c)
+            tma_load_3d_hint(stage + c * s64::kChunkBytes, &map_tile, 64 * c, row0, page, base + s64::full_bar(st, c), policy);
+        continue;
+      }
+      mbar_wait(base + s64::empty_bar(st, half), parity);
+      if (valid) {
+        const uint32_t bar = base + s64::edge_bar(st, half);
+        if (lane == 0) {
+          mbar_arrive_expect_tx(bar, static_cast<uint32_t>(c1 - c0) * s64::kChunkBytes);
+          for (int c = c0; c < c1; ++c) tma_load_3d_hint(stage + c * s64::kChunkBytes, &map_tile, 64 * c, row0, page, bar, policy);
+        }
+        mbar_wait(bar, edges++ & 1);  // landed: the zeros below go over it, not under
+      }
+      // Rows past kv_end zero; below it NaN when the page is outside the cache.
+      uint8_t* const stage_ptr = base_ptr + (stage - base);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = lane + 32 * h;
+        if (valid && key < keys) continue;
+        const uint32_t f = key < keys ? kBf16NanPair : 0u;
+        for (int c = c0; c < c1; ++c)
+#pragma unroll
+          for (int u = 0; u < 8; ++u)
+            *reinterpret_cast<uint4*>(stage_ptr + c * s64::kChunkBytes + key * 128 + u * 16) = make_uint4(f, f, f, f);
+      }
+      fence_proxy_async();  // the generic writes before the consumers' wgmmas (async proxy)
+      __syncwarp();
+      if (lane == 0)
+        for (int c = c0; c < c1; ++c) mbar_arrive(base + s64::full_bar(st, c));
+    }
+  }
+}
+
+// Other page sizes (tile_rows 32 or 16: boxes of that many rows; 0: one-row copies per key).
 // One warp per (stage, half): chunks c0 .. c1 - 1 of the tiles that use stage `st` (every other
 // tile). A warp per stage, not one per half walking the tiles in order: the halves are released
 // in the order a.L, b.R, a.R, b.L, and a half producer in tile order issued b.R only after a.R
@@ -134,7 +199,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
   // out what is read again. Measured with the producers per stage: 1.024x at H 128 B128 8k,
   // 1.03x at H 96, 1.01x at verify 4 (H200, twenty-seventh session). (v2 lost 3% with it.)
   const uint64_t policy = sm90::l2_evict_first_policy();
-  uint32_t ti = 0, edges = 0;  // edges: this warp's uses of its edge barrier (its parity)
+  uint32_t ti = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
@@ -150,12 +215,6 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
         in[h] = pos < tp.kv_end && !nan[h];
       }
       const bool whole = tile_rows > 0 && __all_sync(0xffffffffu, in[0] && in[1]);
-      // A tile that ends inside its page (the last of a split or of a causal limit): with pages
-      // of 64 or more, its keys below kv_end share one page, so it is copied as one box per
-      // chunk like a whole tile and its rows past kv_end zeroed afterwards, instead of one-row
-      // copies per key: 64 of those per chunk made the tile cost ~28 us per CTA (H 128 B128
-      // decode at 8,190 keys 551 us against 494 at 8,192; twenty-eighth session).
-      const bool edge = !whole && tile_rows == kKeys && !__any_sync(0xffffffffu, nan[0] || nan[1]);
       const uint32_t stage = s64::kOffStages + st * s64::kStageBytes;
       if (whole && lane == 0)
         for (int c = c0; c < c1; ++c) {
@@ -163,37 +222,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
           mbar_arrive_expect_tx(base + s64::full_bar(st, c), s64::kChunkBytes);
         }
       __syncwarp();
-      const int row0 = pos0 % p.page_size;  // (before the wait: off the path from release to copy)
       mbar_wait(base + s64::empty_bar(st, half), ((ti / s64::kStages) & 1) ^ 1);
-      if (whole && tile_rows == kKeys) {  // one box per chunk (a page of 64 or more)
-        if (lane == 0)
-          for (int c = c0; c < c1; ++c)
-            tma_load_3d_hint(base + stage + c * s64::kChunkBytes, &map_tile, 64 * c, row0, page[0], base + s64::full_bar(st, c), policy);
-        continue;
-      }
-      if (edge) {
-        const uint32_t bar = base + s64::edge_bar(st, half);
-        if (lane == 0) {
-          mbar_arrive_expect_tx(bar, static_cast<uint32_t>(c1 - c0) * s64::kChunkBytes);
-          for (int c = c0; c < c1; ++c)
-            tma_load_3d_hint(base + stage + c * s64::kChunkBytes, &map_tile, 64 * c, row0, page[0], bar, policy);
-        }
-        mbar_wait(bar, edges++ & 1);  // landed: the zeros below go over it, not under
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (in[h]) continue;
-          const int key = lane + 32 * h;
-          for (int c = c0; c < c1; ++c)
-#pragma unroll
-            for (int u = 0; u < 8; ++u)
-              *reinterpret_cast<uint4*>(base_ptr + stage + c * s64::kChunkBytes + key * 128 + u * 16) = make_uint4(0u, 0u, 0u, 0u);
-        }
-        fence_proxy_async();  // the zeros before the consumers' wgmmas (async proxy)
-        __syncwarp();
-        if (lane == 0)
-          for (int c = c0; c < c1; ++c) mbar_arrive(base + s64::full_bar(st, c));
-        continue;
-      }
       if (whole) {
         for (int r0 = 0; r0 < kKeys; r0 += tile_rows) {
           const int pg = __shfl_sync(0xffffffffu, r0 < 32 ? page[0] : page[1], r0 % 32);
@@ -705,7 +734,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
     const int pw = (tid - kConsumerThreads) / 32;
-    producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32);
+    if (tile_rows == kKeys) {
+      producer_paged64(p, map_tile, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32);
+    } else {
+      producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32);
+    }
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
