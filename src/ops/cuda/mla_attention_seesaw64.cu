@@ -6,6 +6,10 @@
 // Twenty-seventh session: a clock64 timeline of the copies (branch s64-copytime) showed the half-R
 // producer issuing b.R ~2,000 cycles after its release, behind a.R; one producer warp per (stage,
 // half) and evict-first copies took H 128 B128 8k from 577 to ~502 us (v2 524, FlashMLA ~465).
+// Twenty-eighth session: nothing but the copies after a producer's wake-up (barriers armed before
+// it, the row in the page computed before it: 1.05x) and a producer of its own for pages of 64+;
+// a tile that ends inside its page copied whole and its tail zeroed (one-row copies had cost ~28
+// us per CTA). H 128 B128 8k ~484 us beside FlashMLA's 465 (0.96x).
 // The history below is the draft's.
 // Measured (H200, twenty-fifth session; docs/perf.md): correct at its first run (the -s64 matrix
 // cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
@@ -38,8 +42,11 @@
 //     stage st (half L: column chunks 0-3, V columns 0-255; half R: chunks 4-8), each waiting on
 //     its own `empty` barrier, so that a half is refilled as soon as its last reader releases it
 //     (evict-first in L2); one `full` mbarrier per chunk.
-//     A whole tile is 64 / tile_rows boxes per chunk; otherwise one-row boxes per key, zeros past
-//     kv_end and bf16 NaN for a page outside the cache, written before the arrival.
+//     Pages of 64+ (producer_paged64): one box per chunk; a tile that ends inside its page is
+//     copied whole on the warp's `edge` barrier, then its rows past kv_end zeroed; a page outside
+//     the cache: bf16 NaN rows below kv_end. Other page sizes (producer): a whole tile is 64 /
+//     tile_rows boxes per chunk, otherwise one-row boxes per key, zeros past kv_end and NaN for a
+//     page outside the cache, written before the arrival.
 //   warpgroups 0 and 1 (consumers) own all 64 rows; warpgroup c accumulates O[64][256] for V
 //     columns 256 c .. (m64n256k16, 128 f32 registers). Tiles go in pairs (a, b):
 //     wg0: S_a = Q K_a^T (issued in the pair before) -> softmax of a against m (m_s, from the last
@@ -55,8 +62,9 @@
 //   Q's chunk 8 (its last 64 features) is held in registers (16 a thread) once loaded, and its
 //   8 KB hold P1: two P buffers beside two 73,728-byte stages.
 //
-// Barriers. full[stage][chunk] (count 1 + tx): the producer lane's arrive.expect_tx, the tensor
-// copies complete_tx; a consumer waits parity (tile / 2) & 1 before any wgmma reading the chunk
+// Barriers. full[stage][chunk] (count 1 + tx): the producer lane's arrive.expect_tx (for a whole
+// tile made before the wait on `empty`, once the chunk's previous phase completed; for an edge or
+// filled tile a plain arrive after the writes), the tensor copies complete_tx; a consumer waits parity (tile / 2) & 1 before any wgmma reading the chunk
 // (also where another warpgroup waited before). empty[stage][half] (count 4): every warp of the
 // half's last reader, after wait_group showed its wgmma retired (L: wg0, after P_a V_aL or P_b
 // V_bL; R: wg1, after P_b V_bR or P_a' V_aR). Named (256: 128 arrive + 128 sync): Scale0 (m_s,
