@@ -163,7 +163,20 @@ double ulp_at(double r, DType t) {
   return std::ldexp(1.0, e - mant);
 }
 
-// The logical values of an input, drawn from `gen` with `seed`.
+struct Placed {
+  Placement p;
+  std::vector<uint8_t> storage;  // host image of the whole storage, canaries included
+  Tensor device;                 // the same on the backend's device
+};
+
+std::string fmt_double(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
 std::vector<double> generate(const Gen& gen, int64_t n, uint64_t seed) {
   std::vector<double> vals(static_cast<size_t>(n));
   if (gen.custom) {
@@ -180,20 +193,6 @@ std::vector<double> generate(const Gen& gen, int64_t n, uint64_t seed) {
   }
   return vals;
 }
-
-struct Placed {
-  Placement p;
-  std::vector<uint8_t> storage;  // host image of the whole storage, canaries included
-  Tensor device;                 // the same on the backend's device
-};
-
-std::string fmt_double(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
-}  // namespace
 
 double HostBuffers::value(size_t buffer, int64_t i) const {
   const size_t es = dtype_size(dtypes[buffer]);

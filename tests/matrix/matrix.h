@@ -48,6 +48,10 @@ struct Gen {
   static Gen with(std::function<void(std::vector<double>&, uint64_t)> f) { return {0, 0, false, std::move(f)}; }
 };
 
+// The logical values of an input of n elements, drawn from `gen` with `seed` (as the runner draws
+// them; a custom Gen may start from another's values).
+std::vector<double> generate(const Gen& gen, int64_t n, uint64_t seed);
+
 // Host copies of a case's buffers, logical and contiguous, as the runner saw them.
 struct HostBuffers {
   std::vector<std::vector<uint8_t>> bytes;  // per buffer, numel * dtype_size

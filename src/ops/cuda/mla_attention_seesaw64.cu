@@ -64,8 +64,9 @@
 //
 // Barriers. full[stage][chunk] (count 1 + tx): the producer lane's arrive.expect_tx (for a whole
 // tile made before the wait on `empty`, once the chunk's previous phase completed; for an edge or
-// filled tile a plain arrive after the writes), the tensor copies complete_tx; a consumer waits parity (tile / 2) & 1 before any wgmma reading the chunk
-// (also where another warpgroup waited before). empty[stage][half] (count 4): every warp of the
+// filled tile a plain arrive after the writes), the tensor copies complete_tx; a consumer waits
+// parity (tile / 2) & 1 before any wgmma reading the chunk (also where another warpgroup waited
+// before). edge[stage][half] (count 1 + tx): a producer's own, for a tile that ends inside its page. empty[stage][half] (count 4): every warp of the
 // half's last reader, after wait_group showed its wgmma retired (L: wg0, after P_a V_aL or P_b
 // V_bL; R: wg1, after P_b V_bR or P_a' V_aR). Named (256: 128 arrive + 128 sync): Scale0 (m_s,
 // scale0 written), Scale1 (m_s, scale1), P0 (P0 written, proxy-fenced), P1 (P1 written and wg1's

@@ -47,8 +47,8 @@ constexpr uint32_t kOffScale1 = kOffScale0 + kRows * 4;
 constexpr uint32_t kOffL = kOffScale1 + kRows * 4;  // [2 warpgroups][64]
 constexpr uint32_t kOffBarFull = kOffL + 2 * kRows * 4;
 constexpr uint32_t kOffBarEmpty = kOffBarFull + kStages * kColChunks * 8;
-// Per (stage, half): the producer's own barrier for a tile that ends in its page before the
-// tile's end (copied whole, then its rows past the end zeroed before `full`).
+// Per (stage, half): the producer's own barrier for a tile that ends inside its page (copied
+// whole, then its rows past kv_end zeroed before `full`).
 constexpr uint32_t kOffBarEdge = kOffBarEmpty + kStages * 2 * 8;
 constexpr uint32_t kSmemBytes = kOffBarEdge + kStages * 2 * 8;
 static_assert(kOffStages % 1024 == 0 && kOffP0 % 1024 == 0 && kOffP1 % 1024 == 0 && kOffBarFull % 8 == 0);

@@ -246,14 +246,9 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
     const int64_t page = plan.table[b * plan.max_pages + (L - 1) / ps];
     for (int64_t r = L % ps; r < ps; ++r) nan_rows.push_back((page * cache_rows + r) * kMlaRow);
   }
-  const Gen cache_gen = Gen::with([bf16 = dt == DType::bf16, nan_rows](std::vector<double>& v, uint64_t seed) {
-    if (bf16) {
-      std::mt19937_64 rng(seed);
-      std::uniform_real_distribution<double> u(-1.0, 1.0);
-      for (auto& x : v) x = u(rng);
-    } else {
-      fp8_values().custom(v, seed);
-    }
+  const Gen values = dt == DType::bf16 ? Gen::uniform(-1, 1) : fp8_values();
+  const Gen cache_gen = Gen::with([values, nan_rows](std::vector<double>& v, uint64_t seed) {
+    v = generate(values, static_cast<int64_t>(v.size()), seed);
     for (const int64_t r : nan_rows) std::fill_n(v.begin() + r, kMlaRow, std::nan(""));
   });
   c.buffers.push_back({"o", DType::bf16, {Tq, H, kMlaNope}, Role::output,
