@@ -104,6 +104,9 @@ void add_mla_attention_benches(Registry& r) {
   // A context that ends inside its last page (as 63 in 64 do): the tile there is the kernels' edge
   // path (v4 copied it row by row until the twenty-eighth session: 551 us against 494).
   add(DType::bf16, DType::bf16, 128, 1, 128, 8191, automatic, fast);
+  // H 128 at half and twice the context: the slope is the cost of a 64-key tile, the intercept a
+  // CTA's fixed cost (B 128: two waves of one CTA an SM, one split).
+  for (const int64_t ctx : {4096, 16384}) add(DType::bf16, DType::bf16, 128, 1, 128, ctx, automatic, fast);
   for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, automatic, fast);
   for (const int64_t H : {32, 128})
     for (const int64_t q_len : {1, 4}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, automatic, fast);
