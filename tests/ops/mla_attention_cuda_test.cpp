@@ -9,6 +9,7 @@
 
 #include "testing/host_tensors.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -232,6 +233,50 @@ TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   EXPECT_TRUE(launched(run(short_splits, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
   Problem h32 = make(64, DType::bf16, std::vector<int32_t>(16, 8192), 47, 32);
   EXPECT_TRUE(launched(run(h32, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_keys_m_bf16_kernel<"));
+}
+
+// v4 past one wave (more CTAs than SMs, one split): a grid of one wave whose CTAs walk the batch,
+// each CTA's tile counts running on from one sequence to the next. Every sequence must get the
+// bits it gets in a batch of its own small enough for one CTA each (the batch cut into groups by
+// views of block_table, seq_lens and q_start); lengths vary, with empty and one-key sequences,
+// tiles that end inside their page, and both producers (pages of 64 keys and of 32).
+TEST_F(MlaAttentionCuda, Seesaw64WalksABatchPastOneWaveWithEachSequencesBits) {
+  std::mt19937 rng(2907);
+  std::vector<int32_t> lens(1000);
+  for (auto& L : lens) L = static_cast<int32_t>(rng() % 400);
+  lens[3] = 0;
+  lens[4] = 1;
+  lens[5] = 64;
+  lens[6] = 1500;
+  for (const int64_t page : {64, 32}) {
+    Problem whole = make(page, DType::bf16, lens, 2908 + page, 64);
+    poison_outputs(whole);
+    EXPECT_TRUE(launched(run(whole, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast), "seesaw64"));
+    Problem groups = make(page, DType::bf16, lens, 2908 + page, 64);  // the same values
+    poison_outputs(groups);
+    // Groups of 100 sequences: 100 CTAs (H 64: one row tile a sequence), one wave and one split
+    // on the H200's 132 SMs (a group of more than half the SMs is not split: no combine ran).
+    constexpr int64_t kGroup = 100;
+    std::vector<std::string> log;
+    cuda::set_launch_log(&log);
+    for (int64_t b0 = 0; b0 < groups.B(); b0 += kGroup) {
+      const int64_t n = std::min<int64_t>(kGroup, groups.B() - b0);
+      MlaAttentionArgs a = args(groups, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast);
+      a.block_table = a.block_table.slice(0, b0, n);
+      a.seq_lens = a.seq_lens.slice(0, b0, n);
+      a.q_start = a.q_start.slice(0, b0, n + 1);
+      mla_attention(Backend::cuda, a);
+    }
+    device_sync();
+    cuda::set_launch_log(nullptr);
+    ASSERT_FALSE(launched(log, "combine")) << "a group of " << kGroup << " sequences was split (fewer than 100 SMs?)";
+    const std::vector<uint16_t> o = testing_util::download<uint16_t>(whole.o);
+    EXPECT_EQ(o, testing_util::download<uint16_t>(groups.o)) << "page " << page;
+    EXPECT_EQ(testing_util::download<float>(whole.lse), testing_util::download<float>(groups.lse)) << "page " << page;
+    size_t finite = 0;
+    for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
+    EXPECT_GT(finite, o.size() / 2) << "page " << page << ": the outputs are mostly finite, non-zero values";
+  }
 }
 
 // Its wide form (64 query rows per CTA) runs when forced with the fast precision, is refused with

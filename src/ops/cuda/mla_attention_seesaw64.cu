@@ -73,6 +73,7 @@
 // P0 read issued), Q (256 sync: the previous row tile's wgmmas retired; Q stored), L (row sums).
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common.cuh"
@@ -138,10 +139,10 @@ __device__ __forceinline__ void lookup_pages(int (&page)[2], const MlaAttentionP
 // copies per key (64 of those per chunk cost ~28 us per CTA: H 128 B128 decode 551 us at 8,190
 // keys against 494 at 8,192). A page outside the cache: NaN rows below kv_end, no copy.
 __device__ __forceinline__ void producer_paged64(const MlaAttentionParams& p, const CUtensorMap& map_tile, int b, const SeqPlan& s,
-                                                 uint32_t base, uint8_t* base_ptr, int half, int st, int lane) {
+                                                 uint32_t base, uint8_t* base_ptr, int half, int st, int lane, uint32_t& ti,
+                                                 uint32_t& edges) {
   const int c0 = half == kHalfL ? 0 : s64::kHalfLChunks, c1 = half == kHalfL ? s64::kHalfLChunks : kChunks;
   const uint64_t policy = sm90::l2_evict_first_policy();  // (see producer())
-  uint32_t ti = 0, edges = 0;  // edges: uses of this warp's edge barrier (its parity)
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
@@ -201,14 +202,13 @@ __device__ __forceinline__ void producer_paged64(const MlaAttentionParams& p, co
 // stage (a pair's time before the release in steady state).
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map_tile, const CUtensorMap& map_row,
                                          int tile_rows, int b, const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int half,
-                                         int st, int lane) {
+                                         int st, int lane, uint32_t& ti) {
   const int c0 = half == kHalfL ? 0 : s64::kHalfLChunks, c1 = half == kHalfL ? s64::kHalfLChunks : kChunks;
   // Whole tiles are loaded evict-first (as FlashMLA loads its KV): the other row tile of the
   // sequence still finds them in L2 (its CTA runs beside this one), and the stream does not push
   // out what is read again. Measured with the producers per stage: 1.024x at H 128 B128 8k,
   // 1.03x at H 96, 1.01x at verify 4 (H200, twenty-seventh session). (v2 lost 3% with it.)
   const uint64_t policy = sm90::l2_evict_first_policy();
-  uint32_t ti = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
@@ -590,7 +590,7 @@ __device__ __forceinline__ void pair_wg1(float (&o)[128], float (&sc)[32], const
 
 template <bool kQFp8>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                         uint8_t* base_ptr, int c, int t) {
+                                         uint8_t* base_ptr, int c, int t, uint32_t& ti_run) {
   const int tq = t % 4, row0 = frag_d_row(t, 0);
   float* l_s = reinterpret_cast<float*>(base_ptr + s64::kOffL);
   Ctx x{};
@@ -598,7 +598,6 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   x.base_ptr = base_ptr;
   x.scale_log2 = p.scale_log2;
   x.t = t;
-  uint32_t ti_run = 0;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
 #pragma unroll
@@ -715,13 +714,13 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 template <bool kQFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_seesaw64_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_tile,
-                                  const __grid_constant__ CUtensorMap map_row, int tile_rows) {
+                                  const __grid_constant__ CUtensorMap map_row, int tile_rows, int batch) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = smem_u32(smem_raw);
   if ((base & 1023u) != 0) __trap();  // the budget has no alignment slack (tools/smem_base_probe.cu)
   uint8_t* base_ptr = smem_raw;
   const int tid = static_cast<int>(threadIdx.x);
-  const int b = static_cast<int>(blockIdx.z), split = static_cast<int>(blockIdx.y);
+  const int split = static_cast<int>(blockIdx.y);
   if (p.combine_early) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   if (tid == 0) {
     if (tile_rows > 0) sm90::prefetch_tensormap(&map_tile);
@@ -737,33 +736,43 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  SeqPlan s;
-  if (!mla_seq_plan<kRows, kKeys>(p, b, split, s)) return;
-
+  // Sequences b = blockIdx.z, + gridDim.z, ...: a grid of one wave walks the batch, and the
+  // producers fill the stages with the next sequence's tiles while the consumers finish the last
+  // one's (the tile counts run on across sequences).
+  uint32_t ti = 0;
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
     const int pw = (tid - kConsumerThreads) / 32;
-    if (tile_rows == kKeys) {
-      producer_paged64(p, map_tile, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32);
-    } else {
-      producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32);
+    uint32_t edges = 0;  // uses of this warp's edge barrier (its parity)
+    for (int b = static_cast<int>(blockIdx.z); b < batch; b += static_cast<int>(gridDim.z)) {
+      SeqPlan s;
+      if (!mla_seq_plan<kRows, kKeys>(p, b, split, s)) continue;
+      if (tile_rows == kKeys) {
+        producer_paged64(p, map_tile, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti, edges);
+      } else {
+        producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti);
+      }
     }
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
-    consumer<kQFp8>(p, s, split, base, base_ptr, c, tid % 128);
+    for (int b = static_cast<int>(blockIdx.z); b < batch; b += static_cast<int>(gridDim.z)) {
+      SeqPlan s;
+      if (!mla_seq_plan<kRows, kKeys>(p, b, split, s)) continue;
+      consumer<kQFp8>(p, s, split, base, base_ptr, c, tid % 128, ti);
+    }
   }
 }
 
 template <bool kQFp8>
 void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_tile, const CUtensorMap& map_row, int tile_rows,
-            cudaStream_t s) {
+            int batch, cudaStream_t s) {
   static const char tag = 0;
   once_per_device(&tag, [] {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_seesaw64_kernel<kQFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(s64::kSmemBytes)));
   });
-  mla_attention_seesaw64_kernel<kQFp8><<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, tile_rows);
+  mla_attention_seesaw64_kernel<kQFp8><<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, tile_rows, batch);
   KESTREL_LAUNCHED(kQFp8 ? "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P>"
                          : "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>");
 }
@@ -775,10 +784,17 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, bool 
   CUtensorMap map_tile{}, map_row{};
   if (!encode_mla_bf16_cache_map(p, 1, &map_row)) return false;
   if (tile_rows > 0 && !encode_mla_bf16_cache_map(p, tile_rows, &map_tile)) return false;
+  // More CTAs than SMs (one an SM: the shared memory): one wave of CTAs, each walking the batch
+  // (the kernel's loop over b), so that a CTA's start (its first tiles' copies, ~7 us under load)
+  // overlaps the previous sequence's last tiles instead of following its end. Splits > 1 keep
+  // the plan's grid (the combine's early launch is sized on it).
+  const int batch = static_cast<int>(grid.z);
+  const int64_t per_b = static_cast<int64_t>(grid.x) * grid.y, sms = num_sms();
+  if (p.splits == 1 && per_b * batch > sms) grid.z = static_cast<unsigned>(std::max<int64_t>(1, sms / per_b));
   if (fp8_q) {
-    launch<true>(p, grid, map_tile, map_row, tile_rows, s);
+    launch<true>(p, grid, map_tile, map_row, tile_rows, batch, s);
   } else {
-    launch<false>(p, grid, map_tile, map_row, tile_rows, s);
+    launch<false>(p, grid, map_tile, map_row, tile_rows, batch, s);
   }
   return true;
 }
