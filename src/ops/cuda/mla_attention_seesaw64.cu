@@ -10,6 +10,11 @@
 // it, the row in the page computed before it: 1.05x) and a producer of its own for pages of 64+;
 // a tile that ends inside its page copied whole and its tail zeroed (one-row copies had cost ~28
 // us per CTA). H 128 B128 8k ~484 us beside FlashMLA's 465 (0.96x).
+// Thirtieth session: past one wave (more CTAs than SMs, one split), one wave of CTAs that walk
+// the batch, the tile counts running on across sequences, so that a CTA's next sequence starts
+// under its last one's end (the launch and the kernel's loop over b): H100, two jobs, H 128 B128
+// 8k 1.014-1.016x (496-500 us beside FlashMLA's 506-507), H 96 1.02x, verify 4 1.02-1.03x,
+// verify 8 1.03-1.08x.
 // The history below is the draft's.
 // Measured (H200, twenty-fifth session; docs/perf.md): correct at its first run (the -s64 matrix
 // cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
