@@ -790,9 +790,11 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, bool 
   if (!encode_mla_bf16_cache_map(p, 1, &map_row)) return false;
   if (tile_rows > 0 && !encode_mla_bf16_cache_map(p, tile_rows, &map_tile)) return false;
   // More CTAs than SMs (one an SM: the shared memory): one wave of CTAs, each walking the batch
-  // (the kernel's loop over b), so that a CTA's start (its first tiles' copies, ~7 us under load)
-  // overlaps the previous sequence's last tiles instead of following its end. Splits > 1 keep
-  // the plan's grid (the combine's early launch is sized on it).
+  // (the kernel's loop over b), so that a CTA's next sequence does not wait for a new CTA (entry,
+  // barriers, tensor-map fetch) and its first tiles are copied as the last ones' stages free up
+  // (1.01-1.08x on the H100, thirtieth session; a later sequence still spends ~7-8 us to its
+  // first QKs and ~6.5 us in its epilogue: perf.md). Splits > 1 keep the plan's grid (the
+  // combine's early launch is sized on it).
   const int batch = static_cast<int>(grid.z);
   const int64_t per_b = static_cast<int64_t>(grid.x) * grid.y, sms = num_sms();
   if (p.splits == 1 && per_b * batch > sms) grid.z = static_cast<unsigned>(std::max<int64_t>(1, sms / per_b));
