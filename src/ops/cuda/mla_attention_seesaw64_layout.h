@@ -46,6 +46,12 @@ constexpr uint32_t kOffScale0 = kOffM + kRows * 4;
 constexpr uint32_t kOffScale1 = kOffScale0 + kRows * 4;
 constexpr uint32_t kOffL = kOffScale1 + kRows * 4;  // [2 warpgroups][64]
 constexpr uint32_t kOffBarFull = kOffL + 2 * kRows * 4;
+// o of a row tile on its way out (one split, 16-byte o rows): warpgroup c's 64 rows x 256 bf16
+// columns at kOffQ + c kOStageBytes, rows kORowBytes apart (512 + 16: a thread's 4-byte stores,
+// 8 rows x 4 column pairs a warp, fall in 32 different banks), each row one bulk copy to global.
+// Q (and P1, its chunk 8) are free then: every wgmma of the row tile has retired.
+constexpr uint32_t kORowBytes = 512 + 16;
+constexpr uint32_t kOStageBytes = kRows * kORowBytes;
 constexpr uint32_t kOffBarEmpty = kOffBarFull + kStages * kColChunks * 8;
 // Per (stage, half): the producer's own barrier for a tile that ends inside its page (copied
 // whole, then its rows past kv_end zeroed before `full`).
@@ -53,6 +59,7 @@ constexpr uint32_t kOffBarEdge = kOffBarEmpty + kStages * 2 * 8;
 constexpr uint32_t kSmemBytes = kOffBarEdge + kStages * 2 * 8;
 static_assert(kOffStages % 1024 == 0 && kOffP0 % 1024 == 0 && kOffP1 % 1024 == 0 && kOffBarFull % 8 == 0);
 static_assert(kSmemBytes == 230864 && kSmemBytes <= 232448, "the budget above");
+static_assert(2 * kOStageBytes <= sm90::kQBytes && kORowBytes % 16 == 0, "o's staging fits Q's region, rows 16-byte aligned");
 
 KESTREL_SM90_HD uint32_t full_bar(int stage, int chunk) { return kOffBarFull + 8 * (stage * kColChunks + chunk); }
 KESTREL_SM90_HD uint32_t empty_bar(int stage, int half) { return kOffBarEmpty + 8 * (stage * 2 + half); }

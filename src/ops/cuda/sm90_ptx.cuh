@@ -35,6 +35,15 @@ __device__ __forceinline__ void bulk_copy_g2s(uint32_t dst, const void* src, uin
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
+// One contiguous shared -> global copy of `bytes` (a multiple of 16; both addresses 16-byte
+// aligned) in the thread's bulk async-group; the writer's generic stores to `src` must be fenced
+// to the async proxy first (fence_proxy_async) and made visible to this thread (a barrier).
+__device__ __forceinline__ void bulk_copy_s2g(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Until this thread's bulk groups have read their shared sources (which may then be reused).
+__device__ __forceinline__ void bulk_wait_group_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 // An L2 policy for data read once (a stream): evict it first.
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;
