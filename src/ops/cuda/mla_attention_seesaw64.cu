@@ -15,6 +15,10 @@
 // under its last one's end (the launch and the kernel's loop over b): H100, two jobs, H 128 B128
 // 8k 1.014-1.016x (496-500 us beside FlashMLA's 506-507), H 96 1.02x, verify 4 1.02-1.03x,
 // verify 8 1.03-1.08x.
+// Thirty-first session: a per-warpgroup timeline put ~5.5 us of a walking item's end in its 64
+// scattered 4-byte o stores a thread; o through shared memory (Q's region, free by then) and one
+// bulk copy a row: H100, H 128 B128 8k 1.015-1.018x, 4k 1.053x, verify 4 1.017-1.023x (488-489 us
+// beside FlashMLA's 508 in one job at boost clocks; 541-545 beside 548 under the power cap).
 // The history below is the draft's.
 // Measured (H200, twenty-fifth session; docs/perf.md): correct at its first run (the -s64 matrix
 // cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
