@@ -189,6 +189,49 @@ TEST(MlaAttentionSeesaw64Layout, PStoresAndChunk8LoadsAreConflictFree) {
   }
 }
 
+// o's staging (the epilogue with one split): warpgroup c's thread t stores the pair of columns
+// frag_d_col(t, i) of row frag_d_row(t, i) at `at(c, row, col)`. The check: each warp's store of a
+// register pair hits 32 distinct banks; every (warpgroup, row, column) has its own bytes inside
+// Q's region; and each row's 256 columns lie in order in 512 bytes from a 16-byte aligned start
+// (one bulk copy a row).
+std::string o_staging_problem(const std::function<uint32_t(int, int, int)>& at) {
+  for (int c = 0; c < 2; ++c)
+    for (int w = 0; w < 4; ++w)
+      for (int i = 0; i < 128; i += 2) {
+        std::vector<int> seen(32, 0);
+        for (int lane = 0; lane < 32; ++lane) {
+          const int t = 32 * w + lane;
+          ++seen[(at(c, sm::frag_d_row(t, i), sm::frag_d_col(t, i)) / 4) % 32];
+        }
+        for (int b = 0; b < 32; ++b)
+          if (seen[b] != 1) return "bank " + std::to_string(b) + " hit " + std::to_string(seen[b]) + " times (warpgroup " +
+                                   std::to_string(c) + ", warp " + std::to_string(w) + ", register " + std::to_string(i) + ")";
+      }
+  std::vector<int> owner(sm::kQBytes, 0);
+  for (int c = 0; c < 2; ++c)
+    for (int row = 0; row < 64; ++row) {
+      const uint32_t start = at(c, row, 0);
+      if (start % 16 != 0) return "row " + std::to_string(row) + " starts unaligned";
+      for (int col = 0; col < 256; ++col) {
+        const uint32_t a = at(c, row, col);
+        if (a != start + 2u * col) return "row " + std::to_string(row) + " not contiguous at column " + std::to_string(col);
+        if (a < s64::kOffQ || a + 2 > s64::kOffQ + sm::kQBytes) return "outside Q's region";
+        for (int b = 0; b < 2; ++b)
+          if (owner[a - s64::kOffQ + b]++ != 0) return "bytes shared at row " + std::to_string(row) + ", column " + std::to_string(col);
+      }
+    }
+  return "";
+}
+
+TEST(MlaAttentionSeesaw64Layout, OStagingIsConflictFreeAndDisjointInQsRegion) {
+  EXPECT_EQ(o_staging_problem([](int c, int row, int col) { return s64::o_stage_base(c) + s64::o_stage_row(row) + 2u * col; }), "");
+  // The test can fail: rows 512 bytes apart (no padding) put a warp's 8 rows in the same banks;
+  // the warpgroups' blocks 32 rows apart overlap.
+  EXPECT_NE(o_staging_problem([](int c, int row, int col) { return s64::o_stage_base(c) + 512u * row + 2u * col; }), "");
+  EXPECT_NE(o_staging_problem([](int c, int row, int col) {
+              return s64::kOffQ + 32u * c * s64::kORowBytes + s64::o_stage_row(row) + 2u * col; }), "");
+}
+
 TEST(MlaAttentionSeesaw64Layout, PlantedBugsAreCaught) {
   const std::vector<std::pair<std::string, std::function<void(KernelSide&)>>> bugs = {
       {"V descriptor with v2's 32-key chunk stride",

@@ -690,7 +690,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     // (64 scattered 4-byte stores a thread took ~5.5 us a row tile under the next one's first
     // copies: H 128 B128 8k ran 1.056x faster without them; thirty-first session).
     if (p.splits == 1 && p.o_vec) {
-      uint8_t* const o_stage = base_ptr + s64::kOffQ + c * s64::kOStageBytes;
+      uint8_t* const o_stage = base_ptr + s64::o_stage_base(c);
       const int colw = frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);  // column in the warpgroup's 256
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -700,7 +700,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
           const int i = 4 * k + 2 * h, d = colw + frag_d_col(0, i);
-          *reinterpret_cast<uint32_t*>(o_stage + local * s64::kORowBytes + 2 * d) = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
+          *reinterpret_cast<uint32_t*>(o_stage + s64::o_stage_row(local) + 2 * d) = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
         }
         if (p.lse && c == 0 && tq == 0) p.lse[mla_row_offsets(p, s, split, tp.r0 + local).lse] = lse2 * kLn2;
       }
@@ -708,7 +708,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       named_bar_sync(kBarO + c, 128);
       if (t < tp.rows_here) {
         const MlaRowOffsets off = mla_row_offsets(p, s, split, tp.r0 + t);
-        sm90::bulk_copy_s2g(p.o + off.o + 256 * c, smem_u32(o_stage + t * s64::kORowBytes), 512);
+        sm90::bulk_copy_s2g(p.o + off.o + 256 * c, smem_u32(o_stage + s64::o_stage_row(t)), 512);
         sm90::bulk_commit_group();
       }
       continue;

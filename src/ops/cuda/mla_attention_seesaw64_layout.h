@@ -82,6 +82,12 @@ KESTREL_SM90_HD uint64_t v_desc(uint32_t stage, int c, int ks) {
   return sm90::make_desc_sw128(stage + static_cast<uint32_t>(4 * c * kChunkBytes + ks * 16 * 128), kChunkBytes, sm90::kSbo);
 }
 
+// o on its way out (see kORowBytes): warpgroup c's staging starts at o_stage_base(c); its row r,
+// column d (0-255; a thread stores the pair d, d + 1) at o_stage_base(c) + o_stage_row(r) + 2 d,
+// and row r's 512 bytes, columns 0-255 in order, are one bulk copy from o_stage_base(c) + o_stage_row(r).
+KESTREL_SM90_HD uint32_t o_stage_base(int c) { return kOffQ + c * kOStageBytes; }
+KESTREL_SM90_HD uint32_t o_stage_row(int row) { return row * kORowBytes; }
+
 // P of a tile through shared memory (P0, P1): [64 rows][64 keys] bf16 in one swizzled chunk,
 // Q's layout, read as PV's A (K-major) by the other warpgroup: k-step ks is Q's k-step ks. The
 // writer stores each register pair (adjacent keys) of its score fragment as 4 bytes.
