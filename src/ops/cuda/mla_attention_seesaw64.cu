@@ -79,7 +79,8 @@
 // half's last reader, after wait_group showed its wgmma retired (L: wg0, after P_a V_aL or P_b
 // V_bL; R: wg1, after P_b V_bR or P_a' V_aR). Named (256: 128 arrive + 128 sync): Scale0 (m_s,
 // scale0 written), Scale1 (m_s, scale1), P0 (P0 written, proxy-fenced), P1 (P1 written and wg1's
-// P0 read issued), Q (256 sync: the previous row tile's wgmmas retired; Q stored), L (row sums).
+// P0 read issued), Q (256 sync: the previous row tile's wgmmas retired and its o copies have read
+// Q's region; Q stored), L (row sums), O + c (128: warpgroup c's o rows staged in Q's region).
 #include <cuda_bf16.h>
 
 #include <algorithm>
