@@ -1,6 +1,7 @@
 # Kestrel: the two commands of the README, and the GPU check.
 #   make demo   build, then run the main job (today: `kestrel selfcheck`) on every available backend
-#   make test   build, then run the test suite (CPU tests; GPU tests are skipped by name without a GPU)
+#   make test   build, check that every mutation patch still applies, then run the test suite
+#               (CPU tests; GPU tests are skipped by name without a GPU)
 # Both first install what is missing from Debian packages (scripts/install-deps).
 
 BUILD ?= build
@@ -24,6 +25,7 @@ demo: build
 	$(BUILD)/kestrel selfcheck
 
 test: build
+	@scripts/mutation-check --check-apply
 	$(BUILD)/kestrel-tests
 
 gpu-check:
