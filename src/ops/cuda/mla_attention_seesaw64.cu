@@ -727,12 +727,8 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         for (int k = 0; k < 32; ++k) {
           const int i = 4 * k + 2 * h, d = col0 + frag_d_col(0, i);
           const uint32_t v = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
-          if (p.o_vec) {
-            *reinterpret_cast<uint32_t*>(orow + d) = v;
-          } else {
-            orow[d * p.o_s2] = static_cast<uint16_t>(v & 0xffffu);
-            orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(v >> 16);
-          }
+          orow[d * p.o_s2] = static_cast<uint16_t>(v & 0xffffu);  // o has an inner stride (o_vec took the staged path)
+          orow[(d + 1) * p.o_s2] = static_cast<uint16_t>(v >> 16);
         }
         if (p.lse && c == 0 && tq == 0) p.lse[off.lse] = lse2 * kLn2;
       } else {
