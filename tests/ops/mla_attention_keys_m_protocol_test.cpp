@@ -72,6 +72,10 @@ struct Sim {
   // the vote over all 8 warps, which each passes only after its QK of the tile retired its PV of
   // the tile before: past the vote no PV reads P^T any more.
   bool one_pt_buffer = false;
+  // A consumer warpgroup held up at every step of every tile (-1: none). The races between the
+  // warpgroups need one to lag the other; random short pauses give that only by luck, and on a
+  // loaded machine (the full matrix in 12 shards beside it) thirty seeds once all missed it.
+  int slow_wg = -1;
   MBar full[kMaxStages], empty[kMaxStages];
   int nb_arrived[16] = {}, nb_gen[16] = {};
   int nb_last_gen[16][16];  // the generation of each warp's last arrival (warps 0-7 consumers, 8-11 producers)
@@ -158,6 +162,14 @@ struct Sim {
   void pause(std::mt19937_64& rng) { std::this_thread::sleep_for(std::chrono::microseconds(rng() % 30)); }
   // A warp held up for a while (1-2 ms: longer than the other role's whole row tile in this model).
   void long_pause(std::mt19937_64& rng) { std::this_thread::sleep_for(std::chrono::microseconds(1000 + rng() % 1000)); }
+  // A consumer warp of warpgroup wg between two steps.
+  void pause_wg(std::mt19937_64& rng, int wg) {
+    if (wg == slow_wg) {
+      long_pause(rng);
+    } else {
+      pause(rng);
+    }
+  }
 };
 
 void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, bool wide, uint64_t seed) {
@@ -328,13 +340,13 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
       const int st = static_cast<int>(ti % s.stages), b = bug == kWideOneBuffer || s.one_pt_buffer ? 0 : j % 2;
       s.wait(s.full[st], (ti / s.stages) & 1);
       start_reading(s, w, st, ti);
-      s.pause(rng);
+      s.pause_wg(rng, c);
       if (pv_buf >= 0) {  // QK's first wait_group 0 retires this warp's PV of the tile before
         std::lock_guard<std::mutex> g(s.mu);
         --s.pv_in_flight_buf[pv_buf];
         pv_buf = -1;
       }
-      s.pause(rng);
+      s.pause_wg(rng, c);
       vote_and_maxima(s, c, wi, ti, rng, s.one_pt_buffer && bug != kOneBufferWgVote);
       {  // its rows of P^T and its factors (and flag) into buffer b
         std::lock_guard<std::mutex> g(s.mu);
@@ -348,7 +360,7 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
         std::lock_guard<std::mutex> g(s.mu);
         ++s.alpha_readers[b];
       }
-      s.pause(rng);
+      s.pause_wg(rng, c);
       {  // factors read; PV issued; the tile's bytes in registers after its last conversion
         std::lock_guard<std::mutex> g(s.mu);
         --s.alpha_readers[b];
@@ -395,10 +407,11 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
 }
 
 std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false,
-                      int stages = kMaxStages, bool one_pt_buffer = false) {
+                      int stages = kMaxStages, bool one_pt_buffer = false, int slow_wg = -1) {
   Sim s;
   s.stages = stages;
   s.one_pt_buffer = one_pt_buffer;
+  s.slow_wg = slow_wg;
   for (int st = 0; st < stages; ++st) {
     s.init_bar(s.full[st], kProducers);  // each producer warp's lane 0 (+ transaction bytes)
     // the warps that read the tile: the owning warpgroup's, or (wide) all 8
@@ -495,14 +508,21 @@ TEST(MlaAttentionKeysMProtocol, PlantedBugsAreCaught) {
 
 TEST(MlaAttentionKeysMProtocol, WideRandomRowTiles) { expect_random_row_tiles(22, true); }
 
-// The wide protocol's planted bugs, each tried on a few seeds until one shows.
+// A planted bug of the wide protocol shows on some seed, with one warpgroup lagging (either) or
+// without.
+bool wide_bug_caught(const std::vector<int>& tiles, int bug, int stages, bool one_pt_buffer = false) {
+  for (uint64_t seed = 10; seed < 40; ++seed)
+    for (const int slow_wg : {static_cast<int>(seed % 2), -1})
+      if (!run_model(tiles, seed, bug, true, stages, one_pt_buffer, slow_wg).empty()) return true;
+  return false;
+}
+
+// The wide protocol's planted bugs, each tried on a few seeds until one shows; the lagging
+// warpgroup alone reports nothing.
 void expect_wide_bugs_caught(int stages) {
   const std::vector<int> tiles = {7, 0, 9, 5, 8};
-  auto caught = [&](int bug) {
-    for (uint64_t seed = 10; seed < 40; ++seed)
-      if (!run_model(tiles, seed, bug, true, stages).empty()) return true;
-    return false;
-  };
+  auto caught = [&](int bug) { return wide_bug_caught(tiles, bug, stages); };
+  for (const int slow_wg : {0, 1}) EXPECT_EQ(run_model(tiles, 5, kNone, true, stages, false, slow_wg), "") << "warpgroup " << slow_wg << " lagging";
   EXPECT_TRUE(caught(kWideOneBuffer)) << "one P^T buffer";
   EXPECT_TRUE(caught(kWideEmpty4)) << "a stage freed when one warpgroup is done with it";
   EXPECT_TRUE(caught(kEmptyParity)) << "empty parity without ^ 1";
@@ -522,10 +542,9 @@ TEST(MlaAttentionKeysMProtocol, Bf16WideOneBufferRandomRowTiles) { expect_random
 
 TEST(MlaAttentionKeysMProtocol, Bf16WideOneBufferNeedsTheCtaVote) {
   const std::vector<int> tiles = {7, 0, 9, 5, 8};
-  bool caught = false;
-  for (uint64_t seed = 10; seed < 40 && !caught; ++seed) caught = !run_model(tiles, seed, kOneBufferWgVote, true, 2, true).empty();
-  EXPECT_TRUE(caught) << "one P^T buffer with the vote per warpgroup";
+  EXPECT_TRUE(wide_bug_caught(tiles, kOneBufferWgVote, 2, true)) << "one P^T buffer with the vote per warpgroup";
   EXPECT_TRUE(run_model(tiles, 3, kNone, true, 2, true).empty());
+  for (const int slow_wg : {0, 1}) EXPECT_EQ(run_model(tiles, 5, kNone, true, 2, true, slow_wg), "") << "warpgroup " << slow_wg << " lagging";
 }
 
 }  // namespace
