@@ -7,8 +7,8 @@
 // "-qfp8" cases: an fp8 query (q_scale 0.75) with the fp8 cache, as the engine's fp8 decode and
 // verify paths call it (compare with the same case without the suffix: the bf16 query).
 // "-fastP" cases: MlaAttentionPrecision::fast (P rounded once before P V, as FlashMLA computes
-// it) on the shapes of the FlashMLA figures and the compute-bound fp8 shapes; compare
-// with the same case without the suffix (exact, the default).
+// it): the bf16 cache over the whole grid (FlashMLA's shapes) and the compute-bound fp8 shapes;
+// compare with the same case without the suffix (exact, the default).
 #include <utility>
 #include <vector>
 
@@ -92,22 +92,22 @@ void add_mla_attention_benches(Registry& r) {
             add(dt, q_dt, H, q_len, B, ctx, ops::MlaAttentionKernel::automatic);
           }
   }
-  // The fast precision: bf16 cache on the FlashMLA shapes (decode H 32 at B 128 8k / 32k, B 32
-  // 32k, B 1 1k-32k; H 96 and 128 at B 128 8k; verify 2 / 4 / 8 at B 128 8k H 32), and the fp8
-  // cache with an fp8 query at B 128 8k (decode and verify 4, H 32 and 128).
+  // The fast precision (P rounded once, as FlashMLA computes it) with the bf16 cache over the
+  // whole grid: the cases `.peers/flashmla-bench --grid` runs (bench/peers/flashmla_dense.cu),
+  // compared by scripts/flashmla-compare. Then the fp8 cache with an fp8 query at B 128 8k
+  // (decode and verify 4, H 32 and 128).
   constexpr auto fast = ops::MlaAttentionPrecision::fast;
   constexpr auto automatic = ops::MlaAttentionKernel::automatic;
-  for (const int64_t ctx : {1024, 8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, 1, ctx, automatic, fast);
-  for (const int64_t ctx : {8192, 32768}) add(DType::bf16, DType::bf16, 32, 1, 128, ctx, automatic, fast);
-  add(DType::bf16, DType::bf16, 32, 1, 32, 32768, automatic, fast);
-  for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, automatic, fast);
+  for (const int64_t H : {32, 96, 128})
+    for (const int64_t q_len : {1, 2, 4, 8})
+      for (const int64_t B : {1, 8, 32, 128})
+        for (const int64_t ctx : {1024, 8192, 32768}) add(DType::bf16, DType::bf16, H, q_len, B, ctx, automatic, fast);
   // A context that ends inside its last page (as 63 in 64 do): the tile there is the kernels' edge
   // path (v4 copied it row by row until the twenty-eighth session: 551 us against 494).
   add(DType::bf16, DType::bf16, 128, 1, 128, 8191, automatic, fast);
   // H 128 at half and twice the context: the slope is the cost of a 64-key tile, the intercept a
   // CTA's fixed cost (B 128: two waves of one CTA an SM, one split).
   for (const int64_t ctx : {4096, 16384}) add(DType::bf16, DType::bf16, 128, 1, 128, ctx, automatic, fast);
-  for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, automatic, fast);
   for (const int64_t H : {32, 128})
     for (const int64_t q_len : {1, 4}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, automatic, fast);
   // The keys-as-M kernel (fp8 cache and q) beside v2 on the fp8 shapes.

@@ -7,11 +7,17 @@
 //
 // Built by scripts/build-peer-flashmla from git-ignored copies (.peers/FlashMLA, .peers/cutlass at
 // FlashMLA's pinned CUTLASS commit) into .peers/flashmla-bench, a static binary to carry to the GPU
-// machine. Each shape: random bf16 cache (pages in a random order), q, seq_lens = ctx, checked
-// against a double-precision reference on a few rows, then timed (CUDA events, median and min of
-// --reps launches of split-KV + combine after 3 warm-ups).
+// machine. Each shape: random bf16 cache (pages in a random order; one per batch and context,
+// shared by the shapes that follow with the same two), q, seq_lens = ctx, checked against a
+// double-precision reference on a few rows, then timed (CUDA events, median and min of --reps
+// launches of split-KV + combine after 3 warm-ups).
 //
-//   .peers/flashmla-bench [--reps N] [--filter SUBSTR ...]
+//   .peers/flashmla-bench [--reps N] [--grid] [--filter SUBSTR ...]
+//
+// --grid: the issue's whole bf16 grid (H 32 / 96 / 128, q_len 1 / 2 / 4 / 8, B 1 / 8 / 32 / 128,
+// context 1k / 8k / 32k), the same cases as kestrel-bench's `mla_attention/...-bf16-fastP`
+// (scripts/flashmla-compare puts the two side by side); without it, the issue's FlashMLA shapes
+// and a few more.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -76,35 +83,69 @@ T* device_copy(const std::vector<T>& h) {
   return d;
 }
 
-// Runs one shape; returns false when the check failed.
-bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
-  const int B = sh.B, s_q = sh.s_q, H = sh.H, ctx = sh.ctx;
-  const int q_seq = s_q * H;  // rows per sequence (one KV head)
-  const int pages_per_seq = (ctx + kPage - 1) / kPage, num_pages = B * pages_per_seq + 1;
-  std::mt19937_64 rng(seed);
-  // Values in [-1, 1) from a xorshift stream (a B128 32k cache is 2.4 G values: a distribution
-  // object per value would take most of a device call).
-  uint64_t state = seed * 0x9e3779b97f4a7c15ull + 1;
-  const auto uni = [&state] {
+// Values in [-1, 1) from a xorshift stream (a B128 32k cache is 2.4 G values: a distribution
+// object per value would take most of a device call).
+struct Uniform {
+  uint64_t state;
+  explicit Uniform(uint64_t seed) : state(seed * 0x9e3779b97f4a7c15ull + 1) {}
+  float operator()() {
     state ^= state << 13;
     state ^= state >> 7;
     state ^= state << 17;
     return static_cast<float>(static_cast<int32_t>(state >> 32)) * (1.0f / 2147483648.0f);
-  };
+  }
+};
 
-  // Cache [num_pages][64][576] (page 0 unused), q [B][s_q][H][576] = [B][q_seq][576].
-  std::vector<uint16_t> cache(static_cast<size_t>(num_pages) * kPage * kDqk), q(static_cast<size_t>(B) * q_seq * kDqk);
-  for (auto& x : cache) x = to_bf16(uni());
+// The paged cache of B sequences of ctx keys: [num_pages][64][576] bf16 (page 0 unused), the
+// sequences' pages in a random order; host copies for the reference check, device copies for the
+// kernel.
+struct Pool {
+  int B = 0, ctx = 0, pages_per_seq = 0, num_pages = 0;
+  std::vector<uint16_t> cache;
+  std::vector<int> table;
+  uint16_t* d_cache = nullptr;
+  int *d_table = nullptr, *d_lens = nullptr;
+
+  Pool(int B_, int ctx_, uint64_t seed) : B(B_), ctx(ctx_) {
+    pages_per_seq = (ctx + kPage - 1) / kPage;
+    num_pages = B * pages_per_seq + 1;
+    Uniform uni(seed);
+    cache.resize(static_cast<size_t>(num_pages) * kPage * kDqk);
+    for (auto& x : cache) x = to_bf16(uni());
+    table.resize(static_cast<size_t>(num_pages - 1));
+    std::iota(table.begin(), table.end(), 1);
+    std::mt19937_64 rng(seed);
+    std::shuffle(table.begin(), table.end(), rng);
+    d_cache = device_copy(cache);
+    d_table = device_copy(table);
+    d_lens = device_copy(std::vector<int>(B, ctx));
+  }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  ~Pool() {
+    cudaFree(d_cache);
+    cudaFree(d_table);
+    cudaFree(d_lens);
+  }
+};
+
+// Runs one shape on a pool of its batch and context; returns false when the check failed.
+bool run(const Shape& sh, const Pool& pool, int reps, int num_sms, uint64_t seed) {
+  const int B = sh.B, s_q = sh.s_q, H = sh.H, ctx = sh.ctx;
+  const int q_seq = s_q * H;  // rows per sequence (one KV head)
+  const int pages_per_seq = pool.pages_per_seq, num_pages = pool.num_pages;
+  const std::vector<uint16_t>& cache = pool.cache;
+  const std::vector<int>& table = pool.table;
+  Uniform uni(seed);
+  // q [B][s_q][H][576] = [B][q_seq][576].
+  std::vector<uint16_t> q(static_cast<size_t>(B) * q_seq * kDqk);
   for (auto& x : q) x = to_bf16(uni());
-  std::vector<int> perm(num_pages - 1);
-  std::iota(perm.begin(), perm.end(), 1);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  std::vector<int> table(perm), lens(B, ctx);
 
   const int parts = std::max(num_sms / ((q_seq + 63) / 64), 1);  // FlashMLA's num_sm_parts (one KV head)
   const int total_splits = B + parts;
-  uint16_t *d_cache = device_copy(cache), *d_q = device_copy(q), *d_o = nullptr;
-  int *d_table = device_copy(table), *d_lens = device_copy(lens), *d_splits = nullptr;
+  uint16_t *d_q = device_copy(q), *d_o = nullptr;
+  int *d_splits = nullptr;
+  int* const d_lens = pool.d_lens;
   float *d_lse = nullptr, *d_lse_acc = nullptr, *d_o_acc = nullptr;
   DecodingSchedMeta* d_meta = nullptr;
   PEER_CUDA(cudaMalloc(&d_o, static_cast<size_t>(B) * q_seq * kDv * 2));
@@ -135,7 +176,7 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
   p.scale_softmax = scale;
   p.scale_softmax_log2 = static_cast<float>(scale * M_LOG2E);
   p.q_ptr = d_q;
-  p.k_ptr = d_cache;
+  p.k_ptr = pool.d_cache;
   p.o_ptr = d_o;
   p.softmax_lse_ptr = d_lse;
   // Strides in elements, as FlashMLA's API sets them for q [B][q_seq][1][576], cache
@@ -149,7 +190,7 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
   p.o_batch_stride = static_cast<int64_t>(q_seq) * kDv;
   p.o_row_stride = kDv;
   p.o_head_stride = static_cast<int64_t>(q_seq) * kDv;
-  p.block_table = d_table;
+  p.block_table = pool.d_table;
   p.block_table_batch_stride = pages_per_seq;
   p.page_block_size = kPage;
   p.tile_scheduler_metadata_ptr = d_meta;
@@ -234,9 +275,8 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   cudaStreamDestroy(stream);
-  for (void* ptr : {static_cast<void*>(d_cache), static_cast<void*>(d_q), static_cast<void*>(d_o), static_cast<void*>(d_table),
-                    static_cast<void*>(d_lens), static_cast<void*>(d_splits), static_cast<void*>(d_lse), static_cast<void*>(d_lse_acc),
-                    static_cast<void*>(d_o_acc), static_cast<void*>(d_meta)})
+  for (void* ptr : {static_cast<void*>(d_q), static_cast<void*>(d_o), static_cast<void*>(d_splits), static_cast<void*>(d_lse),
+                    static_cast<void*>(d_lse_acc), static_cast<void*>(d_o_acc), static_cast<void*>(d_meta)})
     cudaFree(ptr);
   return ok;
 }
@@ -245,6 +285,7 @@ bool run(const Shape& sh, int reps, int num_sms, uint64_t seed) {
 
 int main(int argc, char** argv) {
   int reps = 20;
+  bool grid = false;
   std::vector<std::string> filters;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -252,27 +293,42 @@ int main(int argc, char** argv) {
       reps = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--filter" && i + 1 < argc) {
       filters.emplace_back(argv[++i]);
+    } else if (a == "--grid") {
+      grid = true;
     } else {
-      std::fprintf(stderr, "usage: flashmla-bench [--reps N] [--filter SUBSTR ...]\n");
+      std::fprintf(stderr, "usage: flashmla-bench [--reps N] [--grid] [--filter SUBSTR ...]\n");
       return 2;
     }
   }
   cudaDeviceProp prop{};
   PEER_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("flashmla-bench  %s, %d SMs; median and min us of split-KV + combine\n", prop.name, prop.multiProcessorCount);
-  // The issue's FlashMLA shapes, then the other rows of bench/mla_attention.cpp's bf16 grid.
-  const std::vector<Shape> shapes = {
+  // The issue's FlashMLA shapes, then the other rows of bench/mla_attention.cpp's bf16 grid; or
+  // the whole grid, in the order of its caches (batch and context outermost).
+  std::vector<Shape> shapes = {
       {128, 1, 32, 8192}, {128, 1, 32, 32768}, {32, 1, 32, 32768}, {128, 1, 128, 8192}, {128, 4, 32, 8192},
       {1, 1, 32, 1024},   {1, 1, 32, 32768},   {128, 1, 96, 8192}, {128, 2, 32, 8192},  {128, 8, 32, 8192},
       {8, 1, 32, 8192},   {32, 1, 32, 8192},   {128, 1, 32, 1024}, {32, 1, 128, 8192},  {32, 4, 32, 8192},
       {128, 1, 128, 4096}, {128, 1, 128, 16384}};
+  if (grid) {
+    shapes.clear();
+    for (const int B : {1, 8, 32, 128})
+      for (const int ctx : {1024, 8192, 32768})
+        for (const int H : {32, 96, 128})
+          for (const int s_q : {1, 2, 4, 8}) shapes.push_back({B, s_q, H, ctx});
+  }
   bool all_ok = true;
   uint64_t seed = 1;
+  std::unique_ptr<Pool> pool;  // the last shape's, kept while the batch and context stay the same
   for (const Shape& s : shapes) {
     const std::string n = s.name();
     if (!filters.empty() && std::none_of(filters.begin(), filters.end(), [&](const std::string& f) { return n.find(f) != std::string::npos; }))
       continue;
-    all_ok &= run(s, reps, prop.multiProcessorCount, seed++);
+    if (!pool || pool->B != s.B || pool->ctx != s.ctx) {
+      pool.reset();  // freed before the next is allocated
+      pool = std::make_unique<Pool>(s.B, s.ctx, seed++);
+    }
+    all_ok &= run(s, *pool, reps, prop.multiProcessorCount, seed++);
   }
   return all_ok ? 0 : 1;
 }
