@@ -143,17 +143,21 @@ void add_mla_attention_benches(Registry& r) {
     for (const int64_t H : {96, 128}) add(DType::bf16, DType::bf16, H, 1, 128, 8192, kernel, fast);
     for (const int64_t q_len : {2, 4, 8}) add(DType::bf16, DType::bf16, 32, q_len, 128, 8192, kernel, fast);
   }
-  // v4 (the 64-key seesaw) beside v2, both forced, P rounded once, over the batch and
-  // context grid for more than 32 rows a sequence (H 64 / 96 / 128 decode, verify 2 / 4 / 8 at H
-  // 32): where automatic takes v4 (mla_attention_cuda_kernel); and the H 32 decode at B 128 8k.
-  for (const auto& [H, q_len] : {std::pair<int64_t, int64_t>{64, 1}, {96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
+  // v4 (the 64-key seesaw) beside v2, both forced, P rounded once, over the whole grid
+  // (H 32 / 96 / 128, decode and verify 2 / 4 / 8, B 1-128, 1k-32k) and the H 64 decode: where
+  // automatic takes v4 (mla_attention_cuda_kernel). v2's H 32 decode and its B 128 8k rows of H 96
+  // / 128 decode and verify at H 32 are registered above.
+  std::vector<std::pair<int64_t, int64_t>> head_qlen = {{64, 1}};
+  for (const int64_t H : {32, 96, 128})
+    for (const int64_t q_len : {1, 2, 4, 8}) head_qlen.emplace_back(H, q_len);
+  for (const auto& [H, q_len] : head_qlen)
     for (const int64_t B : {1, 8, 32, 128})
       for (const int64_t ctx : {1024, 8192, 32768}) {
         add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma_seesaw64, fast);
-        const bool above = B == 128 && ctx == 8192 && H != 64;
+        const bool above = (H == 32 && q_len == 1) ||
+                           (B == 128 && ctx == 8192 && ((q_len == 1 && H != 64) || (H == 32 && q_len > 1)));
         if (!above) add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma, fast);
       }
-  add(DType::bf16, DType::bf16, 32, 1, 128, 8192, ops::MlaAttentionKernel::wgmma_seesaw64, fast);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

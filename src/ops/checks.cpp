@@ -12,6 +12,7 @@ namespace kestrel::ops {
 #if !KESTREL_WITH_CUDA
 uint64_t cuda::launch_count() { return 0; }  // a CPU-only build launches nothing
 void cuda::set_launch_log(std::vector<std::string>*) {}
+int cuda::num_sms() { return 0; }
 #endif
 
 Support backend_available(Backend b) {

@@ -143,6 +143,8 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
     const int64_t tiles = (rows + kMlaAttentionSeesaw64TileRows - 1) / kMlaAttentionSeesaw64TileRows;
     const int64_t splits = mla_attention_num_splits(batch, tiles, kv_len, num_sms);
     if (kv_len / splits >= kMlaAttentionSeesaw64MinSplitKeys) return MlaAttentionKernel::wgmma_seesaw64;
+    // More row tiles than SMs: v4's CTAs walk the batch (one split), paying their start once.
+    if (batch * tiles > num_sms && kv_len >= kMlaAttentionSeesaw64WalkMinKeys) return MlaAttentionKernel::wgmma_seesaw64;
   }
   const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
   if (!fp8_cache_and_q || batch * tiles * kv_len < kMlaAttentionKeysMMinTileKeys) return MlaAttentionKernel::wgmma;

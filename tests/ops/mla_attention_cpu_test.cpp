@@ -157,6 +157,15 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 8192, true, true, 64, 132), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 32768, true, true, 64, 132), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 1, 32768, true, true, 64, 132), K::wgmma);
+  // Shorter splits when the batch's 64-row tiles outnumber the SMs (v4 walks the batch), from 1024
+  // keys: B 128 H 128 at 1k (256 tiles); not at 1023 keys, nor at 132 tiles on 132 SMs.
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 1024, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 1023, true, true, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 133, 1024, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 132, 1024, true, true, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 65, 66, 1024, true, true, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 65, 67, 1024, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 1024, true, true, 32, 132), K::wgmma);
   // Fewer SMs, fewer splits: B 8 H 128 at 8k on 16 SMs is one split of 8192.
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 8192, true, true, 64, 16), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_seesaw64, 9, 0, true, 32, 1, 64, false, false, 16, 132), K::wgmma_seesaw64);

@@ -203,7 +203,8 @@ TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
 // and is refused with the reason for an fp8 cache and for the exact precision; the automatic choice
 // (mla_attention_cuda_kernel) takes it for a fast decode whose CTAs stream 4096 keys each (17
 // sequences x 8 row tiles of H 512 fill the SMs with one split), and keeps v2 for the exact
-// precision, for pages of 32 keys and for short splits; at H 32 the bf16 keys-as-M kernel.
+// precision, for pages of 32 keys and for short splits unless the batch's row tiles outnumber the
+// SMs (then from 1024 keys); at H 32 the bf16 keys-as-M kernel.
 TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   constexpr const char* kV4 = "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>";
   Problem p = make(64, DType::bf16, {100, 37, 700}, 41, 64);
@@ -233,6 +234,18 @@ TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   EXPECT_TRUE(launched(run(short_splits, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
   Problem h32 = make(64, DType::bf16, std::vector<int32_t>(16, 8192), 47, 32);
   EXPECT_TRUE(launched(run(h32, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_keys_m_bf16_kernel<"));
+  // Shorter sequences with more row tiles than SMs (17 x 8 = 136 > 132 on an H100 / H200): v4
+  // walks the batch from kMlaAttentionSeesaw64WalkMinKeys keys, v2 below.
+  const int sms = kestrel::ops::cuda::num_sms();
+  const int walk_batch = sms / 8 + 1;
+  Problem walk = make(64, DType::bf16, std::vector<int32_t>(walk_batch, kMlaAttentionSeesaw64WalkMinKeys), 49, 512);
+  const auto walk_log = run(walk, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
+  EXPECT_TRUE(launched(walk_log, kV4));
+  EXPECT_FALSE(launched(walk_log, "combine"));
+  Problem short_walk = make(64, DType::bf16, std::vector<int32_t>(walk_batch, kMlaAttentionSeesaw64WalkMinKeys - 1), 50, 512);
+  EXPECT_TRUE(launched(run(short_walk, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
+  Problem one_wave = make(64, DType::bf16, std::vector<int32_t>(sms / 8, kMlaAttentionSeesaw64WalkMinKeys), 51, 512);
+  EXPECT_TRUE(launched(run(one_wave, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
 }
 
 // v4 past one wave (more CTAs than SMs, one split): a grid of one wave whose CTAs walk the batch,

@@ -136,7 +136,11 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // CTA streams at least kMlaAttentionSeesaw64MinSplitKeys keys: kv_len / mla_attention_num_splits(
 // batch, ceil(rows / 64), kv_len, num_sms) (H200 grid, twenty-seventh session, docs/perf.md: v4
 // 0.99-1.11x of v2 from 4096 keys a split up, 0.94-1.01x at 2048, slower below: its two stages
-// and longer prologue cost more a CTA). v2 covers every call v1 supports (same limits).
+// and longer prologue cost more a CTA), or, with shorter splits, when the batch has more 64-row
+// tiles than there are SMs, batch x ceil(rows / 64) > num_sms (one split: v4's CTAs walk the
+// batch and pay that start once; H100, thirty-second session: B 128 at 1k keys, H 96 / 128 decode
+// and verify 4 / 8 at H 32, 1.07-1.17x of v2) and kv_len >= kMlaAttentionSeesaw64WalkMinKeys
+// (measured down to 1k). v2 covers every call v1 supports (same limits).
 inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;      // query rows per CTA of the keys-as-M kernel
 inline constexpr int64_t kMlaAttentionKeysMWideTileRows = 64;  // and of its wide form
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
@@ -144,6 +148,7 @@ inline constexpr int64_t kMlaAttentionKeysMWideMinTileKeys = 65536;
 inline constexpr int64_t kMlaAttentionKeysMBf16MinKeys = 131072;
 inline constexpr int64_t kMlaAttentionSeesaw64TileRows = 64;  // query rows per CTA of v4 (and of v2)
 inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
+inline constexpr int64_t kMlaAttentionSeesaw64WalkMinKeys = 1024;
 // (page_size and num_sms: the defaults are the engine's page and an H200's SMs, for the tests)
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len,
