@@ -101,6 +101,23 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
   return std::min({fill, by_len, kMlaAttentionMaxSplits});
 }
 
+int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits) {
+  const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t items = std::max<int64_t>(1, batch * row_tiles), sms = std::max<int64_t>(1, num_sms);
+  const auto cost = [&](int64_t s) {
+    const int64_t waves = s == 1 && items > sms ? ceil_div(batch, std::max<int64_t>(1, sms / row_tiles)) : ceil_div(items * s, sms);
+    return waves * (ceil_div(kv_len, s) + kMlaAttentionSeesaw64CtaCostKeys);
+  };
+  int64_t best = plan_splits, best_cost = 15 * cost(plan_splits) / 16;
+  for (int64_t s = 1; s <= kMlaAttentionMaxSplits && kv_len / s >= kMlaAttentionSeesaw64MinSplitKeys; ++s) {
+    if (const int64_t c = cost(s); c < best_cost) {
+      best = s;
+      best_cost = c;
+    }
+  }
+  return best;
+}
+
 // Few rows (B = 1 decode and verify: H to 4H rows) with many splits leave most SMs idle when a
 // CTA merges a whole row, and the combine is then latency-bound (H200, B = 1, H = 32, 8k keys:
 // 24 us of the op's 29); a quarter row per CTA gave 1.1-1.3x on those calls and cost up to 1.5x

@@ -171,6 +171,26 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_seesaw64, 9, 0, true, 32, 1, 64, false, false, 16, 132), K::wgmma_seesaw64);
 }
 
+// v4's split count (pure, docs/ops/mla_attention.md) on 132 SMs: the plan's unless another with
+// splits of 4096 keys or more costs under 15/16 of it in waves x (keys a CTA + 512).
+TEST(MlaAttentionRule, Seesaw64SplitsBalanceTheWaves) {
+  // B 32 H 96 verify 4 (6 row tiles, 192 on 132 SMs): walked, 2 waves of 32k; 2 splits, 3 waves of 16k.
+  EXPECT_EQ(mla_attention_seesaw64_splits(32, 6, 32768, 132, 1), 2);
+  EXPECT_EQ(mla_attention_seesaw64_splits(32, 6, 8192, 132, 1), 2);
+  EXPECT_EQ(mla_attention_seesaw64_splits(32, 6, 8191, 132, 1), 1);  // 2 splits would be under 4096 keys
+  // B 8 H 96 verify 4 (48 tiles): the plan's 2 splits fill 96 SMs; 8 fill 3 waves of 384 CTAs.
+  EXPECT_EQ(mla_attention_seesaw64_splits(8, 6, 32768, 132, 2), 8);
+  EXPECT_EQ(mla_attention_seesaw64_splits(8, 12, 32768, 132, 1), 4);
+  EXPECT_EQ(mla_attention_seesaw64_splits(32, 3, 32768, 132, 1), 4);
+  // Balanced already: B 128 H 128 decode and verify 4 / 8 at H 32 (2 or 4 tiles a sequence) stay walked.
+  EXPECT_EQ(mla_attention_seesaw64_splits(128, 2, 8192, 132, 1), 1);
+  EXPECT_EQ(mla_attention_seesaw64_splits(128, 4, 8192, 132, 1), 1);
+  EXPECT_EQ(mla_attention_seesaw64_splits(128, 2, 32768, 132, 1), 1);
+  // Short keys: the plan stays (v4's splits would fall under 4096 keys).
+  EXPECT_EQ(mla_attention_seesaw64_splits(128, 8, 1024, 132, 1), 1);
+  EXPECT_EQ(mla_attention_seesaw64_splits(8, 2, 8192, 132, 8), 8);
+}
+
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at
 // least 64 keys of the planning length, or of 32 where that grid leaves half the SMs free.
 TEST(MlaAttentionRule, SplitCount) {

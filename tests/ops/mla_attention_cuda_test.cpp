@@ -235,17 +235,60 @@ TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   Problem h32 = make(64, DType::bf16, std::vector<int32_t>(16, 8192), 47, 32);
   EXPECT_TRUE(launched(run(h32, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_keys_m_bf16_kernel<"));
   // Shorter sequences with more row tiles than SMs (17 x 8 = 136 > 132 on an H100 / H200): v4
-  // walks the batch from kMlaAttentionSeesaw64WalkMinKeys keys, v2 below.
+  // walks the batch from kMlaAttentionSeesaw64WalkMinKeys keys of plan, v2 below. (The plan's
+  // length is the block table's width in keys: make's tables hold one page more than the longest
+  // sequence, so 896 keys plan 960.)
   const int sms = kestrel::ops::cuda::num_sms();
   const int walk_batch = sms / 8 + 1;
   Problem walk = make(64, DType::bf16, std::vector<int32_t>(walk_batch, kMlaAttentionSeesaw64WalkMinKeys), 49, 512);
   const auto walk_log = run(walk, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
   EXPECT_TRUE(launched(walk_log, kV4));
   EXPECT_FALSE(launched(walk_log, "combine"));
-  Problem short_walk = make(64, DType::bf16, std::vector<int32_t>(walk_batch, kMlaAttentionSeesaw64WalkMinKeys - 1), 50, 512);
+  Problem short_walk = make(64, DType::bf16, std::vector<int32_t>(walk_batch, kMlaAttentionSeesaw64WalkMinKeys - 128), 50, 512);
   EXPECT_TRUE(launched(run(short_walk, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
   Problem one_wave = make(64, DType::bf16, std::vector<int32_t>(sms / 8, kMlaAttentionSeesaw64WalkMinKeys), 51, 512);
   EXPECT_TRUE(launched(run(one_wave, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
+}
+
+// v4's balanced split (mla_attention_seesaw64_splits): 32 sequences of 8k keys at H 384 are 192
+// row tiles, 1.45 waves on 132 SMs; two splits in three waves cost less than two walked waves, so
+// the call launches v4 and the combine. Its o and lse match v2's on the same call (one split
+// there, a CTA per row tile) within the fast precision's rounding: a split that lost or doubled
+// keys would be off by the outputs' own size. Outputs poisoned before each call.
+TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) {
+  const int64_t sms = kestrel::ops::cuda::num_sms();
+  Problem p = make(64, DType::bf16, std::vector<int32_t>(32, 8192), 52, 384);
+  const int64_t row_tiles = 6, kv_len = p.max_pages() * 64;
+  const int64_t splits =
+      mla_attention_seesaw64_splits(32, row_tiles, kv_len, sms, mla_attention_num_splits(32, row_tiles, kv_len, sms));
+  if (sms == 132) {
+    EXPECT_EQ(splits, 2);
+  }
+  poison_outputs(p);
+  const auto log = run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
+  EXPECT_TRUE(launched(log, "mla_attention_seesaw64_kernel<")) << "the rule chose another kernel";
+  EXPECT_EQ(launched(log, "combine"), splits > 1);
+  const std::vector<uint16_t> o4 = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse4 = testing_util::download<float>(p.lse);
+  poison_outputs(p);
+  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
+  const std::vector<uint16_t> o2 = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse2 = testing_util::download<float>(p.lse);
+  ASSERT_EQ(o4.size(), o2.size());
+  double worst = 0.0, scale = 0.0, worst_lse = 0.0;
+  for (size_t i = 0; i < o4.size(); ++i) {
+    const double a = bf16_to_f32(o4[i]), b = bf16_to_f32(o2[i]);
+    ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "o[" << i << "]";
+    worst = std::max(worst, std::fabs(a - b));
+    scale = std::max(scale, std::fabs(b));
+  }
+  for (size_t i = 0; i < lse4.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(lse4[i]) && std::isfinite(lse2[i])) << "lse[" << i << "]";
+    worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(lse4[i]) - lse2[i]));
+  }
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LE(worst, 0.02 * scale) << "largest |o| " << scale;
+  EXPECT_LE(worst_lse, 1e-3);
 }
 
 // v4 past one wave (more CTAs than SMs, one split): a grid of one wave whose CTAs walk the batch,

@@ -149,6 +149,17 @@ inline constexpr int64_t kMlaAttentionKeysMBf16MinKeys = 131072;
 inline constexpr int64_t kMlaAttentionSeesaw64TileRows = 64;  // query rows per CTA of v4 (and of v2)
 inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
 inline constexpr int64_t kMlaAttentionSeesaw64WalkMinKeys = 1024;
+// v4's split count (a pure function, documented in docs/ops/mla_attention.md): the plan's
+// `plan_splits` (mla_attention_num_splits), unless another count s with splits of at least
+// kMlaAttentionSeesaw64MinSplitKeys keys (kv_len / s) costs less than 15/16 of it, where a
+// count's cost is its waves times the keys a CTA streams plus kMlaAttentionSeesaw64CtaCostKeys
+// (a CTA's start, its o and the combine, in keys of streaming): waves = ceil(batch x row_tiles x
+// s / num_sms), and for s = 1 with more row tiles than SMs the walk's, ceil(batch / floor(num_sms /
+// row_tiles)). A batch whose row tiles fill 1.45 waves (B 32, H 96, verify 4: 192 tiles on 132
+// SMs) takes two splits in three waves instead of two whole-sequence waves.
+inline constexpr int64_t kMlaAttentionSeesaw64CtaCostKeys = 512;
+int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits);
+
 // (page_size and num_sms: the defaults are the engine's page and an H200's SMs, for the tests)
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,
                                              bool fp8_cache_and_q, int64_t rows, int64_t batch, int64_t kv_len,
