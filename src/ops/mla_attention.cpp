@@ -105,7 +105,8 @@ int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t 
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t items = std::max<int64_t>(1, batch * row_tiles), sms = std::max<int64_t>(1, num_sms);
   const auto cost = [&](int64_t s) {
-    const int64_t waves = s == 1 && items > sms ? ceil_div(batch, std::max<int64_t>(1, sms / row_tiles)) : ceil_div(items * s, sms);
+    const int64_t waves = mla_attention_seesaw64_walks(batch, row_tiles, s, sms) ? ceil_div(batch, std::max<int64_t>(1, sms / row_tiles))
+                                                                                 : ceil_div(items * s, sms);
     return waves * (ceil_div(kv_len, s) + kMlaAttentionSeesaw64CtaCostKeys);
   };
   int64_t best = plan_splits, best_cost = 15 * cost(plan_splits) / 16;
@@ -160,8 +161,9 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
     const int64_t tiles = (rows + kMlaAttentionSeesaw64TileRows - 1) / kMlaAttentionSeesaw64TileRows;
     const int64_t splits = mla_attention_num_splits(batch, tiles, kv_len, num_sms);
     if (kv_len / splits >= kMlaAttentionSeesaw64MinSplitKeys) return MlaAttentionKernel::wgmma_seesaw64;
-    // More row tiles than SMs: v4's CTAs walk the batch (one split), paying their start once.
-    if (batch * tiles > num_sms && kv_len >= kMlaAttentionSeesaw64WalkMinKeys) return MlaAttentionKernel::wgmma_seesaw64;
+    // More row tiles than SMs (then one split): v4's CTAs walk the batch, paying their start once.
+    if (mla_attention_seesaw64_walks(batch, tiles, splits, num_sms) && kv_len >= kMlaAttentionSeesaw64WalkMinKeys)
+      return MlaAttentionKernel::wgmma_seesaw64;
   }
   const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
   if (!fp8_cache_and_q || batch * tiles * kv_len < kMlaAttentionKeysMMinTileKeys) return MlaAttentionKernel::wgmma;

@@ -149,6 +149,12 @@ inline constexpr int64_t kMlaAttentionKeysMBf16MinKeys = 131072;
 inline constexpr int64_t kMlaAttentionSeesaw64TileRows = 64;  // query rows per CTA of v4 (and of v2)
 inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
 inline constexpr int64_t kMlaAttentionSeesaw64WalkMinKeys = 1024;
+// Whether v4 walks the batch (launch_mla_attention_seesaw64): one split and more 64-row tiles than
+// SMs; its grid is then one wave, floor(num_sms / row_tiles) CTAs a row tile, each taking every
+// that-many-th sequence. The kernel rule and the split count's costs use the same test.
+constexpr bool mla_attention_seesaw64_walks(int64_t batch, int64_t row_tiles, int64_t splits, int64_t num_sms) {
+  return splits == 1 && batch * row_tiles > num_sms;
+}
 // v4's split count (a pure function, documented in docs/ops/mla_attention.md): the plan's
 // `plan_splits` (mla_attention_num_splits), unless another count s with splits of at least
 // kMlaAttentionSeesaw64MinSplitKeys keys (kv_len / s) costs less than 15/16 of it, where a

@@ -716,11 +716,11 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
                             : kernel == MlaAttentionKernel::wgmma_keys_m_wide ? kMlaAttentionKeysMWideTileRows
                                                                                 : kRows;
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
-  const int64_t plan_splits = mla_attention_num_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms);
-  const int64_t splits =
-      kernel == MlaAttentionKernel::wgmma_seesaw64
-          ? mla_attention_seesaw64_splits(B, row_tiles, static_cast<int64_t>(p.max_pages) * p.page_size, sms, plan_splits)
-          : plan_splits;
+  const int64_t kv_plan = static_cast<int64_t>(p.max_pages) * p.page_size;
+  const int64_t plan_splits = mla_attention_num_splits(B, row_tiles, kv_plan, sms);
+  const int64_t splits = kernel == MlaAttentionKernel::wgmma_seesaw64
+                             ? mla_attention_seesaw64_splits(B, row_tiles, kv_plan, sms, plan_splits)
+                             : plan_splits;
   p.splits = static_cast<int>(splits);
   KESTREL_CHECK(row_tiles <= INT32_MAX, op, ": ", row_tiles, " row tiles exceed the grid");
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));

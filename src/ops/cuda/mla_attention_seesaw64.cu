@@ -87,6 +87,7 @@
 #include <string>
 
 #include "common.cuh"
+#include "kestrel/ops/mla_attention.h"  // mla_attention_seesaw64_walks
 #include "cp_async.cuh"
 #include "kestrel/ops/mla_attention.h"
 #include "mla_attention_common.cuh"
@@ -826,8 +827,8 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, bool 
   // first QKs and ~6.5 us in its epilogue: perf.md). Splits > 1 keep the plan's grid (the
   // combine's early launch is sized on it).
   const int batch = static_cast<int>(grid.z);
-  const int64_t per_b = static_cast<int64_t>(grid.x) * grid.y, sms = num_sms();
-  if (p.splits == 1 && per_b * batch > sms) grid.z = static_cast<unsigned>(std::max<int64_t>(1, sms / per_b));
+  const int64_t sms = num_sms();
+  if (mla_attention_seesaw64_walks(batch, grid.x, p.splits, sms)) grid.z = static_cast<unsigned>(std::max<int64_t>(1, sms / grid.x));
   if (fp8_q) {
     launch<true>(p, grid, map_tile, map_row, tile_rows, batch, s);
   } else {
