@@ -30,13 +30,16 @@ void add_mla_attention_benches(Registry& r) {
   // with the automatic choice, the WGMMA kernel on an H200).
   auto add = [&r](DType dt, DType q_dt, int64_t H, int64_t q_len, int64_t B, int64_t ctx,
                   ops::MlaAttentionKernel kernel,
-                  ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact) {
+                  ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact,
+                  ops::MlaAttentionSchedule schedule = ops::MlaAttentionSchedule::automatic) {
     const bool fast = precision == ops::MlaAttentionPrecision::fast;
     const bool fp8_q = q_dt == DType::fp8_e4m3;
     const int64_t Tq = B * q_len, max_pages = (ctx + kPage - 1) / kPage;
     const int64_t num_pages = 1 + B * max_pages;  // page 0 is the sink
     Case c;
-    c.name = str(kernel == ops::MlaAttentionKernel::mma_sync       ? "mla_attention_v1/"
+    c.name = str(schedule == ops::MlaAttentionSchedule::flat        ? "mla_attention_s64flat/"
+                 : schedule == ops::MlaAttentionSchedule::uniform ? "mla_attention_s64uniform/"
+                 : kernel == ops::MlaAttentionKernel::mma_sync       ? "mla_attention_v1/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide ? "mla_attention_kmw/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "mla_attention_kmb/"
@@ -62,7 +65,7 @@ void add_mla_attention_benches(Registry& r) {
     std::vector<int32_t> starts(static_cast<size_t>(B + 1));
     for (int64_t i = 0; i <= B; ++i) starts[i] = static_cast<int32_t>(i * q_len);
     const FixedInts q_start(std::move(starts));
-    c.run = [q_start, dt, fp8_q, kernel, precision](const std::vector<TensorView>& b, Stream s) {
+    c.run = [q_start, dt, fp8_q, kernel, precision, schedule](const std::vector<TensorView>& b, Stream s) {
       q_start.ensure(b[6]);
       ops::MlaAttentionArgs a;
       a.o = b[0];
@@ -77,6 +80,7 @@ void add_mla_attention_benches(Registry& r) {
       a.q_scale = fp8_q ? 0.75f : 1.0f;
       a.cuda_kernel = kernel;
       a.precision = precision;
+      a.cuda_schedule = schedule;
       ops::mla_attention(ops::Backend::cuda, a, s);
     };
     r.add(std::move(c));
@@ -158,6 +162,17 @@ void add_mla_attention_benches(Registry& r) {
                            (B == 128 && ctx == 8192 && ((q_len == 1 && H != 64) || (H == 32 && q_len > 1)));
         if (!above) add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma, fast);
       }
+  // v4 with each schedule forced (flattened runs, uniform splits) where the flattened plan exists
+  // (more than one 64-row tile a sequence): to fit the schedule rule's costs
+  // (mla_attention_seesaw64_flat_plan).
+  for (const int64_t H : {32, 96, 128})
+    for (const int64_t q_len : {1, 2, 4, 8})
+      for (const int64_t B : {1, 8, 32, 128})
+        for (const int64_t ctx : {1024, 8192, 32768}) {
+          if (H * q_len <= 64) continue;
+          for (const auto schedule : {ops::MlaAttentionSchedule::flat, ops::MlaAttentionSchedule::uniform})
+            add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma_seesaw64, fast, schedule);
+        }
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

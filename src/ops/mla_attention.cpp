@@ -70,6 +70,8 @@ void mla_attention_check(const MlaAttentionArgs& a) {
     fail_arg(op, "precision", "MlaAttentionPrecision::exact or ::fast", str(static_cast<int>(a.precision)));
   if (a.cuda_combine != MlaAttentionCombine::automatic && a.cuda_combine != MlaAttentionCombine::per_row)
     fail_arg(op, "cuda_combine", "MlaAttentionCombine::automatic or ::per_row", str(static_cast<int>(a.cuda_combine)));
+  if (static_cast<int>(a.cuda_schedule) > static_cast<int>(MlaAttentionSchedule::flat))
+    fail_arg(op, "cuda_schedule", "MlaAttentionSchedule::automatic, ::uniform or ::flat", str(static_cast<int>(a.cuda_schedule)));
   // (a value outside the enum would otherwise reach the CUDA dispatch, which runs v1 for any kernel
   // it does not name)
   if (static_cast<int>(a.cuda_kernel) > static_cast<int>(MlaAttentionKernel::wgmma_seesaw64))
@@ -101,14 +103,16 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
   return std::min({fill, by_len, kMlaAttentionMaxSplits});
 }
 
-int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits) {
+int64_t mla_attention_seesaw64_uniform_cost(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t splits) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t items = std::max<int64_t>(1, batch * row_tiles), sms = std::max<int64_t>(1, num_sms);
-  const auto cost = [&](int64_t s) {
-    const int64_t waves = mla_attention_seesaw64_walks(batch, row_tiles, s, sms) ? ceil_div(batch, std::max<int64_t>(1, sms / row_tiles))
-                                                                                 : ceil_div(items * s, sms);
-    return waves * (ceil_div(kv_len, s) + kMlaAttentionSeesaw64CtaCostKeys);
-  };
+  const int64_t waves = mla_attention_seesaw64_walks(batch, row_tiles, splits, sms) ? ceil_div(batch, std::max<int64_t>(1, sms / row_tiles))
+                                                                                      : ceil_div(items * splits, sms);
+  return waves * (ceil_div(kv_len, splits) + kMlaAttentionSeesaw64CtaCostKeys);
+}
+
+int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits) {
+  const auto cost = [&](int64_t s) { return mla_attention_seesaw64_uniform_cost(batch, row_tiles, kv_len, num_sms, s); };
   int64_t best = plan_splits, best_cost = 15 * cost(plan_splits) / 16;
   for (int64_t s = 1; s <= kMlaAttentionMaxSplits && kv_len / s >= kMlaAttentionSeesaw64MinSplitKeys; ++s) {
     if (const int64_t c = cost(s); c < best_cost) {
@@ -117,6 +121,23 @@ int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t 
     }
   }
   return best;
+}
+
+MlaFlatPlan mla_attention_seesaw64_flat_plan(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms) {
+  MlaFlatPlan f;
+  if (batch < 1 || row_tiles < 1 || kv_len < 1) return f;
+  const int64_t tiles = (kv_len + 63) / 64, total = batch * tiles;
+  const int64_t parts = std::min(std::max<int64_t>(1, num_sms) / row_tiles, total);
+  if (parts < 2) return f;
+  const int64_t run = (total + parts - 1) / parts;
+  int64_t slots = 1;
+  for (int64_t b = 0; b < batch; ++b) slots = std::max(slots, mla_flat_segments(b, tiles, run));
+  if (slots < 2) return f;
+  f.parts = (total + run - 1) / run;  // (the last runs may be empty when run rounds up)
+  f.tiles = tiles;
+  f.run = run;
+  f.slots = slots;
+  return f;
 }
 
 // Few rows (B = 1 decode and verify: H to 4H rows) with many splits leave most SMs idle when a

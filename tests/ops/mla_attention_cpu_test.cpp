@@ -191,6 +191,92 @@ TEST(MlaAttentionRule, Seesaw64SplitsBalanceTheWaves) {
   EXPECT_EQ(mla_attention_seesaw64_splits(8, 2, 8192, 132, 8), 8);
 }
 
+// v4's flattened schedule (pure): every planned tile of every sequence lies in exactly one
+// part's run, each sequence's segments take slots 0 .. n(b) - 1 in order, a sequence of one
+// segment is whole, and the grid is one wave. Random shapes, then two pinned ones.
+TEST(MlaAttentionRule, Seesaw64FlatPlanCoversEveryTileOnce) {
+  std::mt19937_64 rng(3201);
+  int taken = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    const int64_t B = 1 + static_cast<int64_t>(rng() % 200), row_tiles = 1 + static_cast<int64_t>(rng() % 20);
+    const int64_t kv_len = 1 + static_cast<int64_t>(rng() % 40000), sms = 1 + static_cast<int64_t>(rng() % 140);
+    const MlaFlatPlan f = mla_attention_seesaw64_flat_plan(B, row_tiles, kv_len, sms);
+    if (f.parts == 0) continue;
+    ++taken;
+    const std::string what = "B " + std::to_string(B) + " row tiles " + std::to_string(row_tiles) + " kv " +
+                             std::to_string(kv_len) + " SMs " + std::to_string(sms);
+    ASSERT_EQ(f.tiles, (kv_len + 63) / 64) << what;
+    ASSERT_LE(f.parts * row_tiles, sms) << what;
+    ASSERT_GE(f.slots, 2) << what;
+    std::vector<int> seen(static_cast<size_t>(B * f.tiles), 0);
+    std::vector<int64_t> next_slot(static_cast<size_t>(B), 0), max_slots(1, 0);
+    int64_t most = 0;
+    for (int64_t z = 0; z < f.parts; ++z) {  // the kernel's loop (for_each_item)
+      const int64_t g0 = z * f.run, g1 = std::min(g0 + f.run, B * f.tiles);
+      for (int64_t b = g0 / f.tiles; b * f.tiles < g1; ++b) {
+        const int64_t lo = std::max<int64_t>(g0 - b * f.tiles, 0), hi = std::min<int64_t>(g1 - b * f.tiles, f.tiles);
+        const int64_t slot = z - mla_flat_first_part(b, f.tiles, f.run), n = mla_flat_segments(b, f.tiles, f.run);
+        ASSERT_EQ(slot, next_slot[b]) << what << ": sequence " << b;
+        ASSERT_LT(slot, n) << what;
+        ++next_slot[b];
+        if (n == 1) {
+          ASSERT_EQ(lo, 0) << what;
+          ASSERT_EQ(hi, f.tiles) << what;
+        }
+        for (int64_t t = lo; t < hi; ++t) ++seen[b * f.tiles + t];
+      }
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      ASSERT_EQ(next_slot[b], mla_flat_segments(b, f.tiles, f.run)) << what << ": sequence " << b;
+      most = std::max(most, next_slot[b]);
+    }
+    ASSERT_EQ(most, f.slots) << what;
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << what << ": tile " << i;
+  }
+  EXPECT_GT(taken, 100);
+  // B 8 at 8k keys, H 96 verify 4 (6 row tiles) on 132 SMs: 22 parts of 47 tiles (the uniform
+  // plan: 96 CTAs); B 128 H 128 decode at 8k: 66 parts of 249 tiles (against 2 walked sequences
+  // of 128). One row tile a sequence at one part: not taken.
+  const MlaFlatPlan b8 = mla_attention_seesaw64_flat_plan(8, 6, 8192, 132);
+  EXPECT_EQ(b8.parts, 22);
+  EXPECT_EQ(b8.run, 47);
+  EXPECT_EQ(b8.slots, 4);
+  const MlaFlatPlan b128 = mla_attention_seesaw64_flat_plan(128, 2, 8192, 132);
+  EXPECT_EQ(b128.parts, 66);
+  EXPECT_EQ(b128.run, 249);
+  EXPECT_EQ(b128.slots, 2);
+  EXPECT_EQ(mla_attention_seesaw64_flat_plan(4, 132, 8192, 132).parts, 0);
+  EXPECT_EQ(mla_attention_seesaw64_flat_plan(132, 1, 8192, 132).parts, 0);  // one sequence a part: none cut
+}
+
+// When `automatic` takes v4's flattened runs (mla_attention_seesaw64_flat_wins), on the grid
+// at 132 SMs: the five shapes whose uniform splits run 2.9 waves without walking (measured 1.07-
+// 1.15x faster flattened, H100, thirty-third session) take it; one wave (B 32 decode and verify 2
+// at H 96), a walked batch (B 128) and B 8 verify 2 at H 96 (120 CTAs) keep the uniform splits.
+TEST(MlaAttentionRule, Seesaw64FlatScheduleWhereMeasuredFaster) {
+  const auto takes = [](int64_t B, int64_t row_tiles, int64_t kv_len) {
+    const int64_t splits = mla_attention_seesaw64_splits(B, row_tiles, kv_len, 132, mla_attention_num_splits(B, row_tiles, kv_len, 132));
+    return mla_attention_seesaw64_flat_wins(B, row_tiles, splits, 132, mla_attention_seesaw64_flat_plan(B, row_tiles, kv_len, 132));
+  };
+  EXPECT_TRUE(takes(8, 6, 32768));    // verify 4, H 96, B 8 at 32k: 1.15x
+  EXPECT_TRUE(takes(32, 6, 8192));    // verify 4, B 32 at 8k: 1.08x
+  EXPECT_TRUE(takes(32, 3, 32768));   // verify 2, B 32 at 32k: 1.08x
+  EXPECT_TRUE(takes(32, 6, 32768));   // verify 4, B 32 at 32k: 1.12x
+  EXPECT_TRUE(takes(8, 12, 32768));   // verify 8, B 8 at 32k: 1.07x
+  EXPECT_FALSE(takes(32, 2, 8192));   // decode H 96, B 32 at 8k, one wave: 0.89x
+  EXPECT_FALSE(takes(32, 3, 8192));   // verify 2, 96 CTAs: 0.98x
+  EXPECT_FALSE(takes(8, 3, 8192));    // verify 2, B 8, 120 CTAs: 0.85x
+  EXPECT_FALSE(takes(128, 12, 8192)); // verify 8, B 128: walked
+  EXPECT_FALSE(takes(128, 2, 1024));  // decode, B 128 at 1k: walked, runs of 1k
+  // Past one wave but runs of fewer than kMlaAttentionSeesaw64MinSplitKeys keys: not taken.
+  const MlaFlatPlan f = mla_attention_seesaw64_flat_plan(40, 6, 2048, 132);
+  ASSERT_GT(f.parts, 0);
+  EXPECT_LT(64 * f.run, kMlaAttentionSeesaw64MinSplitKeys);
+  EXPECT_FALSE(mla_attention_seesaw64_flat_wins(40, 6, 2, 132, f));
+  EXPECT_TRUE(mla_attention_seesaw64_flat_wins(40, 6, 2, 132, mla_attention_seesaw64_flat_plan(40, 6, 8192, 132)));
+  EXPECT_FALSE(mla_attention_seesaw64_flat_wins(40, 6, 1, 132, mla_attention_seesaw64_flat_plan(40, 6, 8192, 132)));  // walked
+}
+
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at
 // least 64 keys of the planning length, or of 32 where that grid leaves half the SMs free.
 TEST(MlaAttentionRule, SplitCount) {
@@ -407,6 +493,11 @@ TEST(MlaAttentionCpu, CudaKernelOutsideTheEnumIsRefused) {
   mla_attention(Backend::cpu, a);
   a.cuda_kernel = static_cast<MlaAttentionKernel>(static_cast<int>(MlaAttentionKernel::wgmma_seesaw64) + 1);
   EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_kernel", "wgmma_seesaw64", "7"}));
+  a.cuda_kernel = MlaAttentionKernel::automatic;
+  a.cuda_schedule = MlaAttentionSchedule::flat;  // the last value: accepted
+  mla_attention(Backend::cpu, a);
+  a.cuda_schedule = static_cast<MlaAttentionSchedule>(3);
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_schedule", "::flat", "3"}));
 }
 
 TEST(MlaAttentionCpu, NothingToAttend) {

@@ -252,43 +252,137 @@ TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
 
 // v4's balanced split (mla_attention_seesaw64_splits): 32 sequences of 8k keys at H 384 are 192
 // row tiles, 1.45 waves on 132 SMs; two splits in three waves cost less than two walked waves, so
-// the call launches v4 and the combine. Its o and lse match v2's on the same call (one split
-// there, a CTA per row tile) within the fast precision's rounding: a split that lost or doubled
-// keys would be off by the outputs' own size. Outputs poisoned before each call.
+// the uniform schedule launches v4 and the combine. That grid runs past one wave without walking,
+// where `automatic` takes the flattened runs instead (mla_attention_seesaw64_flat_wins). Both
+// match v2 on the same call (one split there, a CTA per row tile) within the fast precision's
+// rounding: a split or a run that lost or doubled keys would be off by the outputs' own size.
+// Outputs poisoned before each call.
 TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) {
   const int64_t sms = kestrel::ops::cuda::num_sms();
   Problem p = make(64, DType::bf16, std::vector<int32_t>(32, 8192), 52, 384);
   const int64_t row_tiles = 6, kv_len = p.max_pages() * 64;
   const int64_t splits =
       mla_attention_seesaw64_splits(32, row_tiles, kv_len, sms, mla_attention_num_splits(32, row_tiles, kv_len, sms));
+  const bool flat = mla_attention_seesaw64_flat_wins(32, row_tiles, splits, sms, mla_attention_seesaw64_flat_plan(32, row_tiles, kv_len, sms));
   if (sms == 132) {
     EXPECT_EQ(splits, 2);
+    EXPECT_TRUE(flat);
   }
-  poison_outputs(p);
-  const auto log = run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
-  EXPECT_TRUE(launched(log, "mla_attention_seesaw64_kernel<")) << "the rule chose another kernel";
-  EXPECT_EQ(launched(log, "combine"), splits > 1);
-  const std::vector<uint16_t> o4 = testing_util::download<uint16_t>(p.o);
-  const std::vector<float> lse4 = testing_util::download<float>(p.lse);
+  const auto run_v4 = [&](MlaAttentionSchedule schedule) {
+    poison_outputs(p);
+    std::vector<std::string> log;
+    cuda::set_launch_log(&log);
+    MlaAttentionArgs a = args(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
+    a.cuda_schedule = schedule;
+    try {
+      mla_attention(Backend::cuda, a);
+      device_sync();
+    } catch (...) {
+      cuda::set_launch_log(nullptr);
+      throw;
+    }
+    cuda::set_launch_log(nullptr);
+    return log;
+  };
+  const auto auto_log = run_v4(MlaAttentionSchedule::automatic);
+  EXPECT_TRUE(launched(auto_log, "mla_attention_seesaw64_kernel<")) << "the rule chose another kernel";
+  EXPECT_EQ(launched(auto_log, "flat runs"), flat);
+  const std::vector<uint16_t> o_auto = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse_auto = testing_util::download<float>(p.lse);
+  const auto uniform_log = run_v4(MlaAttentionSchedule::uniform);
+  EXPECT_TRUE(launched(uniform_log, "mla_attention_seesaw64_kernel<"));
+  EXPECT_FALSE(launched(uniform_log, "flat runs"));
+  EXPECT_EQ(launched(uniform_log, "combine"), splits > 1);
+  const std::vector<uint16_t> o_uni = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse_uni = testing_util::download<float>(p.lse);
   poison_outputs(p);
   EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
   const std::vector<uint16_t> o2 = testing_util::download<uint16_t>(p.o);
   const std::vector<float> lse2 = testing_util::download<float>(p.lse);
-  ASSERT_EQ(o4.size(), o2.size());
-  double worst = 0.0, scale = 0.0, worst_lse = 0.0;
-  for (size_t i = 0; i < o4.size(); ++i) {
-    const double a = bf16_to_f32(o4[i]), b = bf16_to_f32(o2[i]);
-    ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << "o[" << i << "]";
-    worst = std::max(worst, std::fabs(a - b));
-    scale = std::max(scale, std::fabs(b));
+  for (const bool uniform : {false, true}) {
+    const std::vector<uint16_t>& o4 = uniform ? o_uni : o_auto;
+    const std::vector<float>& lse4 = uniform ? lse_uni : lse_auto;
+    const char* what = uniform ? "uniform splits" : "automatic";
+    ASSERT_EQ(o4.size(), o2.size());
+    double worst = 0.0, scale = 0.0, worst_lse = 0.0;
+    for (size_t i = 0; i < o4.size(); ++i) {
+      const double a = bf16_to_f32(o4[i]), b = bf16_to_f32(o2[i]);
+      ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << what << ": o[" << i << "]";
+      worst = std::max(worst, std::fabs(a - b));
+      scale = std::max(scale, std::fabs(b));
+    }
+    for (size_t i = 0; i < lse4.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(lse4[i]) && std::isfinite(lse2[i])) << what << ": lse[" << i << "]";
+      worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(lse4[i]) - lse2[i]));
+    }
+    EXPECT_GT(scale, 0.0) << what;
+    EXPECT_LE(worst, 0.02 * scale) << what << ": largest |o| " << scale;
+    EXPECT_LE(worst_lse, 1e-3) << what;
   }
-  for (size_t i = 0; i < lse4.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(lse4[i]) && std::isfinite(lse2[i])) << "lse[" << i << "]";
-    worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(lse4[i]) - lse2[i]));
+}
+
+// v4's flattened schedule (MlaAttentionSchedule::flat; the rule mla_attention_seesaw64_flat_plan):
+// 30 ragged sequences (0 to 4,100 keys, some within one run, some cut across two or three) at H 384
+// (6 row tiles): v4 and the combine launch, and o and lse match v2's (one split, a CTA per row
+// tile) within the fast precision's rounding; the whole sequences' rows are written by the
+// attention kernel, which the combine must leave alone (it would merge unwritten slots), and the
+// cut ones by the combine. Outputs poisoned before each call. Then the same call with the uniform
+// schedule gives the same within the same bound.
+TEST_F(MlaAttentionCuda, Seesaw64FlatScheduleMatchesV2) {
+  std::mt19937 rng(3202);
+  std::vector<int32_t> lens(30);
+  for (int32_t& L : lens) L = static_cast<int32_t>(rng() % 4101);
+  lens[3] = 0;
+  lens[7] = 1;
+  lens[11] = 4096;
+  Problem p = make(64, DType::bf16, lens, 53, 384);
+  const auto run_schedule = [&](MlaAttentionKernel kernel, MlaAttentionSchedule schedule) {
+    poison_outputs(p);
+    std::vector<std::string> log;
+    cuda::set_launch_log(&log);
+    MlaAttentionArgs a = args(p, kernel, MlaAttentionPrecision::fast);
+    a.cuda_schedule = schedule;
+    try {
+      mla_attention(Backend::cuda, a);
+      device_sync();
+    } catch (...) {
+      cuda::set_launch_log(nullptr);
+      throw;
+    }
+    cuda::set_launch_log(nullptr);
+    return log;
+  };
+  const int64_t sms = kestrel::ops::cuda::num_sms();
+  const MlaFlatPlan plan = mla_attention_seesaw64_flat_plan(30, 6, p.max_pages() * 64, sms);
+  ASSERT_GT(plan.parts, 0) << "the plan must cut sequences for this test";
+  const auto flat_log = run_schedule(MlaAttentionKernel::wgmma_seesaw64, MlaAttentionSchedule::flat);
+  EXPECT_TRUE(launched(flat_log, "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P> flat runs"));
+  EXPECT_TRUE(launched(flat_log, "combine"));
+  const std::vector<uint16_t> o_flat = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse_flat = testing_util::download<float>(p.lse);
+  EXPECT_FALSE(launched(run_schedule(MlaAttentionKernel::wgmma_seesaw64, MlaAttentionSchedule::uniform), "flat runs"));
+  const std::vector<uint16_t> o_uni = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse_uni = testing_util::download<float>(p.lse);
+  run_schedule(MlaAttentionKernel::wgmma, MlaAttentionSchedule::automatic);
+  const std::vector<uint16_t> o2 = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse2 = testing_util::download<float>(p.lse);
+  for (const auto* got : {&o_flat, &o_uni}) {
+    double worst = 0.0, scale = 0.0;
+    for (size_t i = 0; i < o2.size(); ++i) {
+      const double x = bf16_to_f32((*got)[i]), want = bf16_to_f32(o2[i]);
+      ASSERT_TRUE(std::isfinite(x) && std::isfinite(want)) << "o[" << i << "]" << (got == &o_flat ? " (flat)" : " (uniform)");
+      worst = std::max(worst, std::fabs(x - want));
+      scale = std::max(scale, std::fabs(want));
+    }
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LE(worst, 0.02 * scale) << (got == &o_flat ? "flat" : "uniform") << ", largest |o| " << scale;
   }
-  EXPECT_GT(scale, 0.0);
-  EXPECT_LE(worst, 0.02 * scale) << "largest |o| " << scale;
-  EXPECT_LE(worst_lse, 1e-3);
+  for (const auto* got : {&lse_flat, &lse_uni})
+    for (size_t i = 0; i < lse2.size(); ++i) {
+      const bool both_empty = std::isinf((*got)[i]) && std::isinf(lse2[i]) && (*got)[i] < 0 && lse2[i] < 0;
+      ASSERT_TRUE(both_empty || std::fabs(static_cast<double>((*got)[i]) - lse2[i]) <= 1e-3)
+          << "lse[" << i << "] " << (*got)[i] << " against " << lse2[i];
+    }
 }
 
 // v4 past one wave (more CTAs than SMs, one split): a grid of one wave whose CTAs walk the batch,

@@ -40,6 +40,12 @@ enum class MlaAttentionPrecision : uint8_t { exact, fast };
 // `per_row` always the latter (tests and benchmarks compare the two: same bits).
 enum class MlaAttentionCombine : uint8_t { automatic, per_row };
 
+// The CUDA schedule of v4 (the 64-key seesaw): `automatic` as mla_attention_seesaw64_flat_plan
+// decides; `uniform` the plan's splits, every sequence cut alike (mla_attention_seesaw64_splits);
+// `flat` the flattened runs wherever the plan gives more than one part (tests and benchmarks
+// compare them). Other kernels ignore it.
+enum class MlaAttentionSchedule : uint8_t { automatic, uniform, flat };
+
 struct MlaAttentionArgs {
   TensorView o;            // [Tq, H, 512] bf16, any strides
   TensorView lse;          // optional [Tq, H] f32, any strides: ln(sum_j exp(score_j)), natural log
@@ -59,6 +65,7 @@ struct MlaAttentionArgs {
   MlaAttentionKernel cuda_kernel = MlaAttentionKernel::automatic;  // CUDA only: see above
   MlaAttentionPrecision precision = MlaAttentionPrecision::exact;  // see above
   MlaAttentionCombine cuda_combine = MlaAttentionCombine::automatic;  // CUDA only: see above
+  MlaAttentionSchedule cuda_schedule = MlaAttentionSchedule::automatic;  // CUDA v4 only: see above
 };
 
 void mla_attention_check(const MlaAttentionArgs& a);
@@ -165,6 +172,35 @@ constexpr bool mla_attention_seesaw64_walks(int64_t batch, int64_t row_tiles, in
 // SMs) takes two splits in three waves instead of two whole-sequence waves.
 inline constexpr int64_t kMlaAttentionSeesaw64CtaCostKeys = 512;
 int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits);
+
+// v4's flattened schedule (a pure plan, documented in docs/ops/mla_attention.md): every sequence
+// planned at T = ceil(kv_len / 64) tiles, the batch's B x T tiles in order cut into `parts` runs
+// of `run` tiles (the last shorter), one run per (row tile, part) CTA: grid (row_tiles, 1, parts),
+// parts = floor(num_sms / row_tiles). Sequence b's tiles [b T, b T + T) fall to parts
+// mla_flat_first_part(b) .. + mla_flat_segments(b) - 1; a sequence of one segment writes o itself,
+// one of more writes a partial per segment into workspace slot (part - first part), `slots` the
+// most any sequence has, and the combine merges those. parts = 0: not taken (fewer than two
+// parts, or no sequence cut: the uniform plan then does the same).
+struct MlaFlatPlan {
+  int64_t parts = 0, tiles = 0, run = 0, slots = 0;
+};
+MlaFlatPlan mla_attention_seesaw64_flat_plan(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
+// Whether `automatic` takes the flattened plan f over v4's uniform split count `splits`, as
+// measured (H100, thirty-third session; docs/perf.md): where the uniform grid runs more than one
+// wave of CTAs without walking the batch (batch x row_tiles x splits > num_sms, splits > 1), and
+// each run streams at least kMlaAttentionSeesaw64MinSplitKeys keys. There the flattened runs took
+// 1.07-1.15x (B 8 / 32 at 8k / 32k, H 96: 384 CTAs in 2.9 waves); on one wave it was 0.83-1.05x,
+// against a walked batch 0.74-1.10x, and with runs under 4096 keys 0.59-0.86x.
+constexpr bool mla_attention_seesaw64_flat_wins(int64_t batch, int64_t row_tiles, int64_t splits, int64_t num_sms,
+                                                const MlaFlatPlan& f) {
+  return f.parts > 0 && splits > 1 && batch * row_tiles * splits > num_sms && 64 * f.run >= kMlaAttentionSeesaw64MinSplitKeys;
+}
+// The uniform plan's cost (waves x (keys a CTA + kMlaAttentionSeesaw64CtaCostKeys)), for the split count.
+int64_t mla_attention_seesaw64_uniform_cost(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t splits);
+constexpr int64_t mla_flat_first_part(int64_t b, int64_t tiles, int64_t run) { return b * tiles / run; }
+constexpr int64_t mla_flat_segments(int64_t b, int64_t tiles, int64_t run) {
+  return (b * tiles + tiles - 1) / run - b * tiles / run + 1;
+}
 
 // (page_size and num_sms: the defaults are the engine's page and an H200's SMs, for the tests)
 MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int cc_major, int cc_minor,

@@ -424,6 +424,23 @@ __device__ __forceinline__ void store_o4(const MlaAttentionParams& p, uint16_t* 
     orow[(d + 3) * p.o_s2] = static_cast<uint16_t>(hi >> 16);
   }
 }
+// The partials to merge for token t's rows: every split, or with v4's flattened schedule its
+// sequence's segments (0: one segment, o written by the attention kernel). The sequence: the last b
+// whose q_start[b] <= t (an empty sequence's start equals the next one's).
+__device__ __forceinline__ int combine_slots(const MlaAttentionParams& p, int64_t t) {
+  if (p.flat_run == 0) return p.splits;
+  int lo = 0, hi = p.flat_batch - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.q_start[static_cast<int64_t>(mid) * p.qs_s0] <= t) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int64_t n = mla_flat_segments(lo, p.flat_tiles, p.flat_run);
+  return n == 1 ? 0 : static_cast<int>(n);
+}
 template <int kParts>
 __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(const __grid_constant__ MlaAttentionParams p) {
   constexpr int kCols = kDv / kParts;     // columns of the CTA
@@ -439,12 +456,14 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   const int64_t rows = p.Tq * p.H, row = blockIdx.x;
   const int64_t t = row / p.H, h = row % p.H;
+  const int splits = combine_slots(p, t);
+  if (splits == 0) return;  // (uniform over the CTA: one row)
   const int c0 = static_cast<int>(blockIdx.y) * kCols;  // the CTA's first column
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   // The row's max over the splits, and whether any is NaN.
   float mx = -INFINITY;
   bool nan = false;
-  for (int s = tid; s < p.splits; s += kCombineThreads) {
+  for (int s = tid; s < splits; s += kCombineThreads) {
     const float x = p.ws_lse[s * rows + row];
     nan |= x != x;
     mx = fmaxf(mx, x);
@@ -481,7 +500,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
       // A whole row: 4 loads per split already; two splits unrolled put 8 in flight (a version
       // with the loads of both issued explicitly first measured 1-2% slower on the H200).
 #pragma unroll 2
-      for (int s = warp; s < p.splits; s += kCombineWarps) {
+      for (int s = warp; s < splits; s += kCombineWarps) {
         const float w = exp2f(p.ws_lse[s * rows + row] - mx);
         sum += w;
         const float* src = p.ws_o + (s * rows + row) * kDv + c0 + 4 * lane;
@@ -490,13 +509,13 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
       }
     } else {
       // One load per split: the loads of 8 splits are issued before any of their sums.
-      for (int s0 = warp; s0 < p.splits; s0 += kCombineWarps * kInFlight) {
+      for (int s0 = warp; s0 < splits; s0 += kCombineWarps * kInFlight) {
         float l[kInFlight];
         float4 v[kInFlight][kVecs];
 #pragma unroll
         for (int i = 0; i < kInFlight; ++i) {
           const int s = s0 + i * kCombineWarps;
-          if (s < p.splits) {
+          if (s < splits) {
             l[i] = p.ws_lse[s * rows + row];
             const float* src = p.ws_o + (s * rows + row) * kDv + c0 + 4 * lane;
 #pragma unroll
@@ -505,7 +524,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
         }
 #pragma unroll
         for (int i = 0; i < kInFlight; ++i) {
-          if (s0 + i * kCombineWarps < p.splits) {
+          if (s0 + i * kCombineWarps < splits) {
             const float w = exp2f(l[i] - mx);
             sum += w;
 #pragma unroll
@@ -555,11 +574,13 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_warps_k
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kCombineWarps + static_cast<int>(threadIdx.x) / 32;
   if (row >= rows) return;
   const int64_t t = row / p.H, h = row % p.H;
-  const float my_lse = lane < p.splits ? p.ws_lse[lane * rows + row] : -INFINITY;
+  const int splits = combine_slots(p, t);
+  if (splits == 0) return;  // (uniform over the warp: one row)
+  const float my_lse = lane < splits ? p.ws_lse[lane * rows + row] : -INFINITY;
   float4 v[kCombineWarpSplits][kDv / 128];
 #pragma unroll
   for (int s = 0; s < kCombineWarpSplits; ++s)
-    if (s < p.splits) {
+    if (s < splits) {
       const float* src = p.ws_o + (s * rows + row) * kDv + 4 * lane;
 #pragma unroll
       for (int k = 0; k < kDv / 128; ++k) v[s][k] = *reinterpret_cast<const float4*>(src + 128 * k);
@@ -578,7 +599,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_warps_k
     float total = 0.0f;
 #pragma unroll
     for (int s = 0; s < kCombineWarpSplits; ++s)
-      if (s < p.splits) {
+      if (s < splits) {
         const float w = __shfl_sync(0xffffffffu, my_w, s);
         total = __fadd_rn(total, w);
 #pragma unroll
@@ -718,30 +739,52 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const int64_t row_tiles = (q_plan * H + tile_rows - 1) / tile_rows;
   const int64_t kv_plan = static_cast<int64_t>(p.max_pages) * p.page_size;
   const int64_t plan_splits = mla_attention_num_splits(B, row_tiles, kv_plan, sms);
-  const int64_t splits = kernel == MlaAttentionKernel::wgmma_seesaw64
-                             ? mla_attention_seesaw64_splits(B, row_tiles, kv_plan, sms, plan_splits)
-                             : plan_splits;
-  p.splits = static_cast<int>(splits);
+  const bool seesaw64 = kernel == MlaAttentionKernel::wgmma_seesaw64;
+  const int64_t uniform_splits = seesaw64 ? mla_attention_seesaw64_splits(B, row_tiles, kv_plan, sms, plan_splits) : plan_splits;
+  // v4's flattened schedule where it was measured faster than the uniform splits (or asked for).
+  MlaFlatPlan flat;
+  if (seesaw64 && a.cuda_schedule != MlaAttentionSchedule::uniform) {
+    const MlaFlatPlan f = mla_attention_seesaw64_flat_plan(B, row_tiles, kv_plan, sms);
+    if (f.parts > 0 && (a.cuda_schedule == MlaAttentionSchedule::flat || mla_attention_seesaw64_flat_wins(B, row_tiles, uniform_splits, sms, f)))
+      flat = f;
+  }
   KESTREL_CHECK(row_tiles <= INT32_MAX, op, ": ", row_tiles, " row tiles exceed the grid");
-  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
+  KESTREL_CHECK(B * flat.tiles <= INT32_MAX, op, ": ", B, " sequences of ", flat.tiles, " planned tiles exceed the flattened schedule's range");
+  int64_t splits = flat.parts > 0 ? flat.slots : uniform_splits;
+  p.splits = static_cast<int>(splits);
+  p.flat_run = static_cast<int>(flat.run);
+  p.flat_tiles = static_cast<int>(flat.tiles);
+  p.flat_batch = flat.parts > 0 ? static_cast<int>(B) : 0;
+  dim3 grid = flat.parts > 0 ? dim3(static_cast<unsigned>(row_tiles), 1u, static_cast<unsigned>(flat.parts))
+                             : dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
   const cudaStream_t s = as_cuda(stream);
 
   void* ws = nullptr;
-  if (splits > 1) {
+  const auto alloc_ws = [&] {
+    if (splits <= 1) return;
     const size_t rows = static_cast<size_t>(Tq * H);
     ws = scratch_alloc(static_cast<size_t>(splits) * rows * (kDv + 1) * sizeof(float), s);
     p.ws_o = static_cast<float*>(ws);
     p.ws_lse = p.ws_o + static_cast<size_t>(splits) * rows * kDv;
-  }
+  };
+  alloc_ws();
   const bool fp8 = a.cache.dtype == DType::fp8_e4m3;
   // v2 takes what v4 cannot launch when the rule chose v4 (same tiles, splits and workspace): its
   // relayout mode needs no tensor map. A forced v4 fails instead, saying why.
   bool run_v2 = kernel == MlaAttentionKernel::wgmma;
   if (kernel == MlaAttentionKernel::wgmma_seesaw64) {
     p.combine_early = splits > 1 && mla_attention_combine_early(static_cast<int64_t>(grid.x) * grid.y * grid.z, sms);
-    if (!launch_mla_attention_seesaw64(p, grid, q_fp8, s)) {
+    if (!launch_mla_attention_seesaw64(p, grid, static_cast<int>(B), q_fp8, s)) {
       const bool forced = a.cuda_kernel != MlaAttentionKernel::automatic;
-      if (forced && ws != nullptr) scratch_free(ws, s);  // (nothing was launched)
+      if ((forced || flat.parts > 0) && ws != nullptr) scratch_free(ws, s);  // (nothing was launched)
+      if (!forced && flat.parts > 0) {  // v2 takes the uniform splits
+        ws = nullptr;
+        splits = uniform_splits;
+        p.splits = static_cast<int>(splits);
+        p.flat_run = p.flat_tiles = p.flat_batch = 0;
+        grid = dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
+        alloc_ws();
+      }
       KESTREL_CHECK(!forced, op,
                     ": the 64-key seesaw kernel needs tensor maps of the cache, and the driver could not encode them "
                     "(cuTensorMapEncodeTiled missing or refused)");

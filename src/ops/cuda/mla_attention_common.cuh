@@ -32,6 +32,8 @@ struct MlaAttentionParams {
   int64_t lse_s0, lse_s1;
   float* ws_o;                   // [splits, Tq * H, 512] normalised partial o (splits > 1)
   float* ws_lse;                 // [splits, Tq * H] base-2 partial lse (splits > 1)
+  int flat_run, flat_tiles;      // v4's flattened schedule (MlaFlatPlan's run and tiles), or 0: uniform
+  int flat_batch;                // splits; with it, splits is the plan's slots, and B for the combine
   int64_t Tq;
   int H, num_pages, page_size, max_pages, splits;
   float scale_log2;              // softmax_scale * kv_scale * q_scale * log2(e), left to right in f32
@@ -133,6 +135,7 @@ __device__ __forceinline__ uint4 q_chunk(const MlaAttentionParams& p, int qb, in
 struct MlaSeqPlan {
   int qb, n, L, rows_b, row_tiles, begin, end;
   bool bad_len;
+  bool direct;  // o and lse written by the attention kernel (else a workspace partial)
 };
 struct MlaTilePlan {
   int r0, rows_here, kv_end, ntiles;
@@ -150,6 +153,25 @@ __device__ __forceinline__ bool mla_seq_plan(const MlaAttentionParams& p, int b,
   const int chunk = s.bad_len ? 0 : ((s.L + p.splits - 1) / p.splits + kKeysPerTile - 1) / kKeysPerTile * kKeysPerTile;
   s.begin = split * chunk;
   s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
+  s.direct = p.splits == 1;
+  return true;
+}
+// v4's flattened schedule (MlaFlatPlan): segment `slot` of sequence b, planned tiles [lo, hi) of
+// its T; a sequence of one segment is direct. The keys past the real length are cut as above.
+template <int kRowsPerTile, int kKeysPerTile>
+__device__ __forceinline__ bool mla_seq_plan_flat(const MlaAttentionParams& p, int b, int lo, int hi, bool direct,
+                                                  MlaSeqPlan& s) {
+  s.qb = p.q_start[b * p.qs_s0];
+  const int qe = p.q_start[(b + 1) * p.qs_s0];
+  if (s.qb < 0 || qe < s.qb || qe > p.Tq) return false;
+  s.n = qe - s.qb;
+  s.L = p.seq_lens[b * p.sl_s0];
+  s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
+  s.rows_b = s.n * p.H;
+  s.row_tiles = (s.rows_b + kRowsPerTile - 1) / kRowsPerTile;
+  s.begin = lo * kKeysPerTile;
+  s.end = s.bad_len ? 0 : min(s.L, hi * kKeysPerTile);
+  s.direct = direct;
   return true;
 }
 template <int kRowsPerTile, int kKeysPerTile>
@@ -178,9 +200,10 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
 void launch_mla_attention_keys_m_bf16(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s);
 
 // The 64-key seesaw kernel for a bf16 cache (mla_attention_seesaw64.cu), precision fast: same
-// params, grid (64-row tiles, splits, B), same outputs. False (nothing launched) when the driver
+// params, grid (64-row tiles, splits, B) or, with p.flat_run, (64-row tiles, 1, parts), same
+// outputs. False (nothing launched) when the driver
 // cannot encode its tensor maps of the cache.
-bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s);
+bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, int batch, bool fp8_q, cudaStream_t s);
 
 // A tensor map over a bf16 cache as [num_pages][page_size][576] (p's page and row strides), boxes
 // of 64 columns x box_rows rows x 1 page, 128-byte swizzle (mla_attention_sm90.cu); false when the
@@ -197,7 +220,7 @@ struct MlaRowOffsets {
   int64_t o, lse;
 };
 __device__ __forceinline__ MlaRowOffsets mla_row_offsets(const MlaAttentionParams& p, const MlaSeqPlan& s, int split, int r) {
-  if (p.splits > 1) {
+  if (!s.direct) {
     const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
     return {grow * kMlaNope, grow};
   }

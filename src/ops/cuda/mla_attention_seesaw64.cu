@@ -89,7 +89,6 @@
 #include "common.cuh"
 #include "kestrel/ops/mla_attention.h"  // mla_attention_seesaw64_walks
 #include "cp_async.cuh"
-#include "kestrel/ops/mla_attention.h"
 #include "mla_attention_common.cuh"
 #include "mla_attention_seesaw64_layout.h"
 #include "sm90_ptx.cuh"
@@ -691,7 +690,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     // row of the warpgroup's 256 columns one bulk copy, so that no thread waits on its stores
     // (64 scattered 4-byte stores a thread took ~5.5 us a row tile under the next one's first
     // copies: H 128 B128 8k ran 1.056x faster without them; thirty-first session).
-    if (p.splits == 1 && p.o_vec) {
+    if (s.direct && p.o_vec) {
       uint8_t* const o_stage = base_ptr + s64::o_stage_base(c);
       const int colw = frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);  // column in the warpgroup's 256
 #pragma unroll
@@ -722,7 +721,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       if (local >= tp.rows_here) continue;
       const auto [scale, lse2] = mla_row_end(s.bad_len, m[h], l[h], p.out_scale);
       const MlaRowOffsets off = mla_row_offsets(p, s, split, tp.r0 + local);
-      if (p.splits == 1) {
+      if (s.direct) {
         uint16_t* orow = p.o + off.o;
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
@@ -741,6 +740,34 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         if (c == 0 && tq == 0) p.ws_lse[off.lse] = lse2;
       }
     }
+  }
+}
+
+// The items of this CTA in order, f(b, plan, slot): with the uniform plan the sequences b =
+// blockIdx.z, + gridDim.z, ... (split blockIdx.y of each, the workspace slot); with the flattened
+// schedule (p.flat_run > 0) the segments of run blockIdx.z of the batch's concatenated planned
+// tiles, each of sequence b in slot (run - its first run), direct when b has one segment.
+template <typename F>
+__device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int batch, int split, F&& f) {
+  // One loop and one call of f for both schedules (two would inline the roles twice and spill).
+  // Flattened: 32-bit, the host checks batch x tiles < 2^31.
+  const bool flat = p.flat_run > 0;
+  const int tiles = flat ? p.flat_tiles : 1, run = flat ? p.flat_run : 1, z = static_cast<int>(blockIdx.z);
+  const int g0 = z * run, all = batch * tiles, g1 = g0 + run < all ? g0 + run : all;
+  const int step = flat ? 1 : static_cast<int>(gridDim.z);
+  for (int b = flat ? g0 / tiles : z; flat ? b * tiles < g1 : b < batch; b += step) {
+    SeqPlan s;
+    int slot = split;
+    bool ok;
+    if (flat) {
+      const int from = g0 - b * tiles, to = g1 - b * tiles;
+      const int first = b * tiles / run, segments = (b * tiles + tiles - 1) / run - first + 1;  // mla_flat_first_part, mla_flat_segments
+      slot = z - first;
+      ok = mla_seq_plan_flat<kRows, kKeys>(p, b, from > 0 ? from : 0, to < tiles ? to : tiles, segments == 1, s);
+    } else {
+      ok = mla_seq_plan<kRows, kKeys>(p, b, split, s);
+    }
+    if (ok) f(b, s, slot);
   }
 }
 
@@ -771,31 +798,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  // Sequences b = blockIdx.z, + gridDim.z, ...: a grid of one wave walks the batch, and the
-  // producers fill the stages with the next sequence's tiles while the consumers finish the last
-  // one's (the tile counts run on across sequences).
+  // The CTA's items in order (for_each_item): sequences b = blockIdx.z, + gridDim.z, ... (a grid
+  // of one wave walks the batch), or its run of the flattened schedule; the producers fill the
+  // stages with the next item's tiles while the consumers finish the last one's (the tile counts
+  // run on across items).
   uint32_t ti = 0;
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
     const int pw = (tid - kConsumerThreads) / 32;
     uint32_t edges = 0;  // uses of this warp's edge barrier (its parity)
-    for (int b = static_cast<int>(blockIdx.z); b < batch; b += static_cast<int>(gridDim.z)) {
-      SeqPlan s;
-      if (!mla_seq_plan<kRows, kKeys>(p, b, split, s)) continue;
+    for_each_item(p, batch, split, [&](int b, const SeqPlan& s, int) {
       if (tile_rows == kKeys) {
         producer_paged64(p, map_tile, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti, edges);
       } else {
         producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti);
       }
-    }
+    });
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
-    for (int b = static_cast<int>(blockIdx.z); b < batch; b += static_cast<int>(gridDim.z)) {
-      SeqPlan s;
-      if (!mla_seq_plan<kRows, kKeys>(p, b, split, s)) continue;
-      consumer<kQFp8>(p, s, split, base, base_ptr, c, tid % 128, ti);
-    }
+    for_each_item(p, batch, split, [&](int, const SeqPlan& s, int slot) { consumer<kQFp8>(p, s, slot, base, base_ptr, c, tid % 128, ti); });
     sm90::bulk_wait_group_read0();  // o's staging is read before the CTA's shared memory goes
   }
 }
@@ -809,13 +831,18 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_tile,
                                             static_cast<int>(s64::kSmemBytes)));
   });
   mla_attention_seesaw64_kernel<kQFp8><<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, tile_rows, batch);
-  KESTREL_LAUNCHED(kQFp8 ? "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P>"
-                         : "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>");
+  // (the schedule in the name, so that tests can tell which ran)
+  if (p.flat_run > 0)
+    KESTREL_LAUNCHED(kQFp8 ? "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P> flat runs"
+                           : "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P> flat runs");
+  else
+    KESTREL_LAUNCHED(kQFp8 ? "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P>"
+                           : "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>");
 }
 
 }  // namespace
 
-bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, bool fp8_q, cudaStream_t s) {
+bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, int batch, bool fp8_q, cudaStream_t s) {
   const int tile_rows = p.page_size % 64 == 0 ? 64 : p.page_size % 32 == 0 ? 32 : p.page_size % 16 == 0 ? 16 : 0;
   CUtensorMap map_tile{}, map_row{};
   if (!encode_mla_bf16_cache_map(p, 1, &map_row)) return false;
@@ -825,10 +852,10 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, bool 
   // barriers, tensor-map fetch) and its first tiles are copied as the last ones' stages free up
   // (1.01-1.08x on the H100, thirtieth session; a later sequence still spends ~7-8 us to its
   // first QKs and ~6.5 us in its epilogue: perf.md). Splits > 1 keep the plan's grid (the
-  // combine's early launch is sized on it).
-  const int batch = static_cast<int>(grid.z);
+  // combine's early launch is sized on it), and the flattened schedule its own (one wave).
   const int64_t sms = num_sms();
-  if (mla_attention_seesaw64_walks(batch, grid.x, p.splits, sms)) grid.z = static_cast<unsigned>(std::max<int64_t>(1, sms / grid.x));
+  if (p.flat_run == 0 && mla_attention_seesaw64_walks(batch, grid.x, p.splits, sms))
+    grid.z = static_cast<unsigned>(std::max<int64_t>(1, sms / grid.x));
   if (fp8_q) {
     launch<true>(p, grid, map_tile, map_row, tile_rows, batch, s);
   } else {

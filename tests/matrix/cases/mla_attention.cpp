@@ -158,7 +158,8 @@ struct Qk8ScoreError {
 
 void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed, DType q_dt = DType::bf16,
               ops::MlaAttentionKernel kernel = ops::MlaAttentionKernel::automatic,
-              ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact) {
+              ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact,
+              ops::MlaAttentionSchedule schedule = ops::MlaAttentionSchedule::automatic) {
   const bool fast = precision == ops::MlaAttentionPrecision::fast;
   const Plan plan = make_plan(s, plan_seed);
   const bool strided = var == Variant::strided, with_lse = var != Variant::nolse;
@@ -182,7 +183,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
              : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "-kmb"
              : kernel == ops::MlaAttentionKernel::wgmma_seesaw64    ? "-s64"
                                                                     : "",
-             fast ? "-fastP" : "");
+             schedule == ops::MlaAttentionSchedule::flat ? "-flat" : "", fast ? "-fastP" : "");
   c.size = s.size;
 
   std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
@@ -282,6 +283,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
     a.q_scale = q_scale;
     a.cuda_kernel = kernel;
     a.precision = precision;
+    a.cuda_schedule = schedule;
     return a;
   };
   c.supports = supports_via<ops::MlaAttentionArgs>(
@@ -428,6 +430,14 @@ void add_mla_attention_cases(Registry& r, Size size) {
   const AttnShape tile_edge = {"verify", 32, 64, {8, 4, 8}, {70, 130, 200}, Size::ci, false};
   add_case(r, tile_edge, bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp);
   add_case(r, tile_edge, bf16, Variant::plain, ++plan_seed, bf16, ops::MlaAttentionKernel::automatic, fastp);
+  // v4 with the flattened schedule forced ("-s64-flat"): every shape, plain and strided. On these
+  // small batches the plan cuts most sequences into runs of a tile or two (each part a CTA of
+  // its own), so whole sequences, cut ones, empty segments past a short sequence's end and the
+  // combine's skip of whole sequences all occur; seeded last, so every case above keeps its plan.
+  constexpr auto flat = ops::MlaAttentionSchedule::flat;
+  for (const AttnShape& s : shapes(size))
+    for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, bf16, var, ++plan_seed, bf16, seesaw64, fastp, flat);
+  add_case(r, tile_edge, bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp, flat);
 }
 
 }  // namespace kestrel::matrix
