@@ -7,8 +7,8 @@
 // "-qfp8" cases: an fp8 query (q_scale 0.75) with the fp8 cache, as the engine's fp8 decode and
 // verify paths call it (compare with the same case without the suffix: the bf16 query).
 // "-fastP" cases: MlaAttentionPrecision::fast (P rounded once before P V, as FlashMLA computes
-// it): the bf16 cache over the whole grid (FlashMLA's shapes) and the compute-bound fp8 shapes;
-// compare with the same case without the suffix (exact, the default).
+// it): the bf16 cache over the whole grid (FlashMLA's shapes) and the fp8 cache with an fp8 query
+// over the same grid; compare with the same case without the suffix (exact, the default).
 #include <utility>
 #include <vector>
 
@@ -112,8 +112,12 @@ void add_mla_attention_benches(Registry& r) {
   // H 128 at half and twice the context: the slope is the cost of a 64-key tile, the intercept a
   // CTA's fixed cost (B 128: two waves of one CTA an SM, one split).
   for (const int64_t ctx : {4096, 16384}) add(DType::bf16, DType::bf16, 128, 1, 128, ctx, automatic, fast);
-  for (const int64_t H : {32, 128})
-    for (const int64_t q_len : {1, 4}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, automatic, fast);
+  // The fp8 cache with an fp8 query (the engine's fp8 path: the fused prepare writes that query) at
+  // the fast precision over the whole grid: the fp8 goals, % of copy / of the GEMM rate.
+  for (const int64_t H : {32, 96, 128})
+    for (const int64_t q_len : {1, 2, 4, 8})
+      for (const int64_t B : {1, 8, 32, 128})
+        for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, automatic, fast);
   // The keys-as-M kernel (fp8 cache and q) beside v2 on the fp8 shapes.
   for (const int64_t H : {32, 128})
     for (const int64_t q_len : {1, 4})
