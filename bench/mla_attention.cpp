@@ -166,9 +166,10 @@ void add_mla_attention_benches(Registry& r) {
                            (B == 128 && ctx == 8192 && ((q_len == 1 && H != 64) || (H == 32 && q_len > 1)));
         if (!above) add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma, fast);
       }
-  // v4 with each schedule forced (flattened runs, uniform splits) where the flattened plan exists
-  // (more than one 64-row tile a sequence): to fit the schedule rule's costs
-  // (mla_attention_seesaw64_flat_plan).
+  // v4 with each schedule forced (flattened runs, uniform splits) wherever a sequence has more
+  // than one 64-row tile: the measurement behind mla_attention_seesaw64_flat_wins. (Where the
+  // flattened plan cuts no sequence, mla_attention_seesaw64_flat_plan gives none and both names run
+  // the uniform splits.)
   for (const int64_t H : {32, 96, 128})
     for (const int64_t q_len : {1, 2, 4, 8})
       for (const int64_t B : {1, 8, 32, 128})
