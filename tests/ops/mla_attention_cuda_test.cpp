@@ -98,11 +98,14 @@ MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
 // Runs the op and returns the kernel names it launched.
 std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
                              MlaAttentionPrecision precision = MlaAttentionPrecision::exact,
-                             MlaAttentionCombine combine = MlaAttentionCombine::automatic) {
+                             MlaAttentionCombine combine = MlaAttentionCombine::automatic,
+                             MlaAttentionSchedule schedule = MlaAttentionSchedule::automatic) {
   std::vector<std::string> log;
   cuda::set_launch_log(&log);
   try {
-    mla_attention(Backend::cuda, args(p, kernel, precision, combine));
+    MlaAttentionArgs a = args(p, kernel, precision, combine);
+    a.cuda_schedule = schedule;
+    mla_attention(Backend::cuda, a);
     device_sync();
   } catch (...) {
     cuda::set_launch_log(nullptr);
@@ -270,19 +273,7 @@ TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) {
   }
   const auto run_v4 = [&](MlaAttentionSchedule schedule) {
     poison_outputs(p);
-    std::vector<std::string> log;
-    cuda::set_launch_log(&log);
-    MlaAttentionArgs a = args(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
-    a.cuda_schedule = schedule;
-    try {
-      mla_attention(Backend::cuda, a);
-      device_sync();
-    } catch (...) {
-      cuda::set_launch_log(nullptr);
-      throw;
-    }
-    cuda::set_launch_log(nullptr);
-    return log;
+    return run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast, MlaAttentionCombine::automatic, schedule);
   };
   const auto auto_log = run_v4(MlaAttentionSchedule::automatic);
   EXPECT_TRUE(launched(auto_log, "mla_attention_seesaw64_kernel<")) << "the rule chose another kernel";
@@ -338,19 +329,7 @@ TEST_F(MlaAttentionCuda, Seesaw64FlatScheduleMatchesV2) {
   Problem p = make(64, DType::bf16, lens, 53, 384);
   const auto run_schedule = [&](MlaAttentionKernel kernel, MlaAttentionSchedule schedule) {
     poison_outputs(p);
-    std::vector<std::string> log;
-    cuda::set_launch_log(&log);
-    MlaAttentionArgs a = args(p, kernel, MlaAttentionPrecision::fast);
-    a.cuda_schedule = schedule;
-    try {
-      mla_attention(Backend::cuda, a);
-      device_sync();
-    } catch (...) {
-      cuda::set_launch_log(nullptr);
-      throw;
-    }
-    cuda::set_launch_log(nullptr);
-    return log;
+    return run(p, kernel, MlaAttentionPrecision::fast, MlaAttentionCombine::automatic, schedule);
   };
   const int64_t sms = kestrel::ops::cuda::num_sms();
   const MlaFlatPlan plan = mla_attention_seesaw64_flat_plan(30, 6, p.max_pages() * 64, sms);

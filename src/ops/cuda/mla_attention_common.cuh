@@ -140,8 +140,10 @@ struct MlaSeqPlan {
 struct MlaTilePlan {
   int r0, rows_here, kv_end, ntiles;
 };
-template <int kRowsPerTile, int kKeysPerTile>
-__device__ __forceinline__ bool mla_seq_plan(const MlaAttentionParams& p, int b, int split, MlaSeqPlan& s) {
+// Sequence b's queries, length and row tiles (both schedules' plans); false: its q_start entries
+// are out of order or past Tq (the sequence is skipped).
+template <int kRowsPerTile>
+__device__ __forceinline__ bool mla_seq_rows(const MlaAttentionParams& p, int b, MlaSeqPlan& s) {
   s.qb = p.q_start[b * p.qs_s0];
   const int qe = p.q_start[(b + 1) * p.qs_s0];
   if (s.qb < 0 || qe < s.qb || qe > p.Tq) return false;
@@ -150,6 +152,11 @@ __device__ __forceinline__ bool mla_seq_plan(const MlaAttentionParams& p, int b,
   s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
   s.rows_b = s.n * p.H;
   s.row_tiles = (s.rows_b + kRowsPerTile - 1) / kRowsPerTile;
+  return true;
+}
+template <int kRowsPerTile, int kKeysPerTile>
+__device__ __forceinline__ bool mla_seq_plan(const MlaAttentionParams& p, int b, int split, MlaSeqPlan& s) {
+  if (!mla_seq_rows<kRowsPerTile>(p, b, s)) return false;
   const int chunk = s.bad_len ? 0 : ((s.L + p.splits - 1) / p.splits + kKeysPerTile - 1) / kKeysPerTile * kKeysPerTile;
   s.begin = split * chunk;
   s.end = s.bad_len ? 0 : min(s.L, s.begin + chunk);
@@ -161,14 +168,7 @@ __device__ __forceinline__ bool mla_seq_plan(const MlaAttentionParams& p, int b,
 template <int kRowsPerTile, int kKeysPerTile>
 __device__ __forceinline__ bool mla_seq_plan_flat(const MlaAttentionParams& p, int b, int lo, int hi, bool direct,
                                                   MlaSeqPlan& s) {
-  s.qb = p.q_start[b * p.qs_s0];
-  const int qe = p.q_start[(b + 1) * p.qs_s0];
-  if (s.qb < 0 || qe < s.qb || qe > p.Tq) return false;
-  s.n = qe - s.qb;
-  s.L = p.seq_lens[b * p.sl_s0];
-  s.bad_len = s.L < 0 || static_cast<int64_t>(s.L) > static_cast<int64_t>(p.max_pages) * p.page_size;
-  s.rows_b = s.n * p.H;
-  s.row_tiles = (s.rows_b + kRowsPerTile - 1) / kRowsPerTile;
+  if (!mla_seq_rows<kRowsPerTile>(p, b, s)) return false;
   s.begin = lo * kKeysPerTile;
   s.end = s.bad_len ? 0 : min(s.L, hi * kKeysPerTile);
   s.direct = direct;
