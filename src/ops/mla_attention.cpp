@@ -103,6 +103,8 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
   return std::min({fill, by_len, kMlaAttentionMaxSplits});
 }
 
+namespace {
+// v4's uniform splits' cost, for mla_attention_seesaw64_splits (its comment says how it is counted).
 int64_t mla_attention_seesaw64_uniform_cost(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t splits) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t items = std::max<int64_t>(1, batch * row_tiles), sms = std::max<int64_t>(1, num_sms);
@@ -110,6 +112,7 @@ int64_t mla_attention_seesaw64_uniform_cost(int64_t batch, int64_t row_tiles, in
                                                                                       : ceil_div(items * splits, sms);
   return waves * (ceil_div(kv_len, splits) + kMlaAttentionSeesaw64CtaCostKeys);
 }
+}  // namespace
 
 int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits) {
   const auto cost = [&](int64_t s) { return mla_attention_seesaw64_uniform_cost(batch, row_tiles, kv_len, num_sms, s); };

@@ -40,10 +40,10 @@ enum class MlaAttentionPrecision : uint8_t { exact, fast };
 // `per_row` always the latter (tests and benchmarks compare the two: same bits).
 enum class MlaAttentionCombine : uint8_t { automatic, per_row };
 
-// The CUDA schedule of v4 (the 64-key seesaw): `automatic` as mla_attention_seesaw64_flat_plan
-// decides; `uniform` the plan's splits, every sequence cut alike (mla_attention_seesaw64_splits);
-// `flat` the flattened runs wherever the plan gives more than one part (tests and benchmarks
-// compare them). Other kernels ignore it.
+// The CUDA schedule of v4 (the 64-key seesaw): `automatic` the flattened runs where
+// mla_attention_seesaw64_flat_wins, else the uniform splits; `uniform` the plan's splits, every
+// sequence cut alike (mla_attention_seesaw64_splits); `flat` the flattened runs wherever the plan
+// gives more than one part (tests and benchmarks compare them). Other kernels ignore it.
 enum class MlaAttentionSchedule : uint8_t { automatic, uniform, flat };
 
 struct MlaAttentionArgs {
@@ -195,8 +195,6 @@ constexpr bool mla_attention_seesaw64_flat_wins(int64_t batch, int64_t row_tiles
                                                 const MlaFlatPlan& f) {
   return f.parts > 0 && splits > 1 && batch * row_tiles * splits > num_sms && 64 * f.run >= kMlaAttentionSeesaw64MinSplitKeys;
 }
-// The uniform plan's cost (waves x (keys a CTA + kMlaAttentionSeesaw64CtaCostKeys)), for the split count.
-int64_t mla_attention_seesaw64_uniform_cost(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t splits);
 constexpr int64_t mla_flat_first_part(int64_t b, int64_t tiles, int64_t run) { return b * tiles / run; }
 constexpr int64_t mla_flat_segments(int64_t b, int64_t tiles, int64_t run) {
   return (b * tiles + tiles - 1) / run - b * tiles / run + 1;
