@@ -195,8 +195,14 @@ constexpr bool mla_attention_seesaw64_flat_wins(int64_t batch, int64_t row_tiles
                                                 const MlaFlatPlan& f) {
   return f.parts > 0 && splits > 1 && batch * row_tiles * splits > num_sms && 64 * f.run >= kMlaAttentionSeesaw64MinSplitKeys;
 }
-constexpr int64_t mla_flat_first_part(int64_t b, int64_t tiles, int64_t run) { return b * tiles / run; }
-constexpr int64_t mla_flat_segments(int64_t b, int64_t tiles, int64_t run) {
+// In the callers' integer type: int64_t on the host, int in the kernels (the host checks batch x
+// tiles < 2^31 before it takes the plan), one definition for both.
+template <typename I>
+constexpr I mla_flat_first_part(I b, I tiles, I run) {
+  return b * tiles / run;
+}
+template <typename I>
+constexpr I mla_flat_segments(I b, I tiles, I run) {
   return (b * tiles + tiles - 1) / run - b * tiles / run + 1;
 }
 

@@ -438,8 +438,8 @@ __device__ __forceinline__ int combine_slots(const MlaAttentionParams& p, int64_
       hi = mid - 1;
     }
   }
-  const int64_t n = mla_flat_segments(lo, p.flat_tiles, p.flat_run);
-  return n == 1 ? 0 : static_cast<int>(n);
+  const int n = mla_flat_segments(lo, p.flat_tiles, p.flat_run);
+  return n == 1 ? 0 : n;
 }
 template <int kParts>
 __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(const __grid_constant__ MlaAttentionParams p) {

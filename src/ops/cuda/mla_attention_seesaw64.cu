@@ -761,7 +761,7 @@ __device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int b
     bool ok;
     if (flat) {
       const int from = g0 - b * tiles, to = g1 - b * tiles;
-      const int first = b * tiles / run, segments = (b * tiles + tiles - 1) / run - first + 1;  // mla_flat_first_part, mla_flat_segments
+      const int first = mla_flat_first_part(b, tiles, run), segments = mla_flat_segments(b, tiles, run);
       slot = z - first;
       ok = mla_seq_plan_flat<kRows, kKeys>(p, b, from > 0 ? from : 0, to < tiles ? to : tiles, segments == 1, s);
     } else {
