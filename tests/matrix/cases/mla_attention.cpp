@@ -438,6 +438,12 @@ void add_mla_attention_cases(Registry& r, Size size) {
   for (const AttnShape& s : shapes(size))
     for (Variant var : {Variant::plain, Variant::strided}) add_case(r, s, bf16, var, ++plan_seed, bf16, seesaw64, fastp, flat);
   add_case(r, tile_edge, bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp, flat);
+  // v4's staged epilogue (o through shared memory, a bulk copy a row) needs one split and 16-byte
+  // o rows; above, only the B 132 H 1 decode takes it, with one row a tile. 140 sequences of 16
+  // rows walk the batch with 16 rows a tile. Seeded last.
+  AttnShape walk16 = {"decode", 16, 64, std::vector<int64_t>(140, 1), {}, Size::ci, false};
+  for (int64_t b = 0; b < 140; ++b) walk16.seq_lens.push_back(1 + (b * 7) % 40);
+  add_case(r, walk16, bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp);
 }
 
 }  // namespace kestrel::matrix
