@@ -4,14 +4,14 @@
 # and the producers issue the next row tile's Q by tensor copy under the epilogue. Its form before
 # the last fix (a parity wait on a `free` mbarrier) hung in MlaAttentionCuda.* and synccheck
 # reported "Missing wait" on that barrier; the fix (a freed count, ld.acquire / st.release) has
-# not run. Built here first:
-#   git clone -q . /tmp/os && (cd /tmp/os && git apply tools/prepared/s64-ostage.patch &&
+# not run. Built here first, from the repository root (R):
+#   R=$PWD; git clone -q . /tmp/os && cd /tmp/os && git apply $R/tools/prepared/s64-ostage.patch &&
 #     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON &&
-#     cmake --build build --target kestrel-tests kestrel-bench)
-#   mkdir -p .gpu-var/{main,new,mut} && cp build/kestrel-bench .gpu-var/main/ &&
-#     cp /tmp/os/build/kestrel-{tests,bench} .gpu-var/new/
-#   (cd /tmp/os && git apply tests/mutations/cuda_mla_seesaw64_o_rotation.patch &&
-#     cmake --build build --target kestrel-tests && cp build/kestrel-tests ../../work/main/.gpu-var/mut/rot-tests)
+#     cmake --build build --target kestrel-tests kestrel-bench &&
+#     mkdir -p $R/.gpu-var/new $R/.gpu-var/mut && cp build/kestrel-tests build/kestrel-bench $R/.gpu-var/new/ &&
+#     git apply tests/mutations/cuda_mla_seesaw64_o_rotation.patch && cmake --build build --target kestrel-tests &&
+#     cp build/kestrel-tests $R/.gpu-var/mut/rot-tests && cd $R
+#   mkdir -p .gpu-var/main && cp build/kestrel-bench .gpu-var/main/   (main's, built as usual)
 # then run it with carry [".gpu-var", ".peers/flashmla-bench"]: bash tools/prepared/s64-ostage-gpu.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
