@@ -41,7 +41,7 @@ def main():
     lr = launches(args.log)[-args.launch]
     t0 = min(r[2] for r in lr)
     ends = [max(r[8], r[15]) for r in lr]
-    print(f"{len(lr)} items, span {(max(ends) - t0) / 1e3:.1f} us, last item ends median {(st.median(ends) - t0) / 1e3:.1f} us")
+    print(f"{len(lr)} items, span {(max(ends) - t0) / 1e3:.1f} us, items end at a median {(st.median(ends) - t0) / 1e3:.1f} us")
     by_row = {r[0]: r for r in lr}
     for k in sorted({(r[0] - 1) % 32 for r in lr}):
         ws = [r for r in lr if (r[0] - 1) % 32 == k]
