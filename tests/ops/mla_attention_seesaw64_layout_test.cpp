@@ -189,12 +189,14 @@ TEST(MlaAttentionSeesaw64Layout, PStoresAndChunk8LoadsAreConflictFree) {
   }
 }
 
-// o's staging (the epilogue with one split): warpgroup c's thread t stores the pair of columns
-// frag_d_col(t, i) of row frag_d_row(t, i) at `at(c, row, col)`. The check: each warp's store of a
-// register pair hits 32 distinct banks; every (warpgroup, row, column) has its own bytes inside
-// Q's region; and each row's 256 columns lie in order in 512 bytes from a 16-byte aligned start
-// (one bulk copy a row).
-std::string o_staging_problem(const std::function<uint32_t(int, int, int)>& at) {
+// o's staging (s64::o_stage_*) as the kernel uses it: at(c, row, col) is where warpgroup c stores
+// the bf16 pair of columns col, col + 1 of o's row `row`, from the start of the stage, and
+// copy(row, k) the row's two bulk copies. Checks: each warp's 4-byte stores of one register pair
+// hit 32 distinct banks; every (warpgroup, row, column) has its own bytes inside half c of the
+// stage (half L: chunks 0-3; warpgroup 1 in chunks 4-7); each row's two copies, all sizes and
+// addresses multiples of 16, write every byte of the row once, from where it was stored.
+std::string o_staging_problem(const std::function<uint32_t(int, int, int)>& at,
+                              const std::function<s64::OStageCopy(int, int)>& copy) {
   for (int c = 0; c < 2; ++c)
     for (int w = 0; w < 4; ++w)
       for (int i = 0; i < 128; i += 2) {
@@ -207,29 +209,54 @@ std::string o_staging_problem(const std::function<uint32_t(int, int, int)>& at) 
           if (seen[b] != 1) return "bank " + std::to_string(b) + " hit " + std::to_string(seen[b]) + " times (warpgroup " +
                                    std::to_string(c) + ", warp " + std::to_string(w) + ", register " + std::to_string(i) + ")";
       }
-  std::vector<int> owner(sm::kQBytes, 0);
+  std::vector<int> owner(s64::kStageBytes, 0);
   for (int c = 0; c < 2; ++c)
     for (int row = 0; row < 64; ++row) {
-      const uint32_t start = at(c, row, 0);
-      if (start % 16 != 0) return "row " + std::to_string(row) + " starts unaligned";
-      for (int col = 0; col < 256; ++col) {
+      std::vector<int64_t> from(512, -1);  // the stage byte holding byte g of the row
+      for (int col = 0; col < 256; col += 2) {
         const uint32_t a = at(c, row, col);
-        if (a != start + 2u * col) return "row " + std::to_string(row) + " not contiguous at column " + std::to_string(col);
-        if (a < s64::kOffQ || a + 2 > s64::kOffQ + sm::kQBytes) return "outside Q's region";
-        for (int b = 0; b < 2; ++b)
-          if (owner[a - s64::kOffQ + b]++ != 0) return "bytes shared at row " + std::to_string(row) + ", column " + std::to_string(col);
+        if (a % 4 != 0) return "a pair unaligned at row " + std::to_string(row);
+        if (a < c * s64::kOHalfBytes || a + 4 > (c + 1) * s64::kOHalfBytes)
+          return "warpgroup " + std::to_string(c) + " outside its half at row " + std::to_string(row);
+        for (int b = 0; b < 4; ++b) {
+          if (owner[a + b]++ != 0) return "bytes shared at row " + std::to_string(row) + ", column " + std::to_string(col);
+          from[2 * col + b] = a + b;
+        }
       }
+      std::vector<int> written(512, 0);
+      for (int k = 0; k < 2; ++k) {
+        const s64::OStageCopy cp = copy(row, k);
+        if (cp.bytes == 0) continue;
+        if (cp.src % 16 || cp.dst % 16 || cp.bytes % 16 || cp.dst + cp.bytes > 512)
+          return "copy " + std::to_string(k) + " of row " + std::to_string(row) + " not 16-byte whole or past the row";
+        for (uint32_t g = 0; g < cp.bytes; ++g) {
+          ++written[cp.dst + g];
+          if (from[cp.dst + g] != static_cast<int64_t>(c * s64::kOHalfBytes + cp.src + g))
+            return "copy " + std::to_string(k) + " of row " + std::to_string(row) + " reads the wrong byte for " + std::to_string(cp.dst + g);
+        }
+      }
+      for (int g = 0; g < 512; ++g)
+        if (written[g] != 1) return "row " + std::to_string(row) + " byte " + std::to_string(g) + " written " + std::to_string(written[g]) + " times";
     }
   return "";
 }
 
-TEST(MlaAttentionSeesaw64Layout, OStagingIsConflictFreeAndDisjointInQsRegion) {
-  EXPECT_EQ(o_staging_problem([](int c, int row, int col) { return s64::o_stage_base(c) + s64::o_stage_row(row) + 2u * col; }), "");
-  // The test can fail: rows 512 bytes apart (no padding) put a warp's 8 rows in the same banks;
-  // the warpgroups' blocks 32 rows apart overlap.
-  EXPECT_NE(o_staging_problem([](int c, int row, int col) { return s64::o_stage_base(c) + 512u * row + 2u * col; }), "");
-  EXPECT_NE(o_staging_problem([](int c, int row, int col) {
-              return s64::kOffQ + 32u * c * s64::kORowBytes + s64::o_stage_row(row) + 2u * col; }), "");
+uint32_t o_stage_at(int c, int row, int col) { return s64::o_stage_half(c) + s64::o_stage_offset(row, 2u * col); }
+
+TEST(MlaAttentionSeesaw64Layout, OStagingIsConflictFreeInItsHalfAndCopiedWhole) {
+  EXPECT_EQ(o_staging_problem(o_stage_at, s64::o_stage_copy), "");
+  // The test can fail: rows without the rotation put a warp's 8 rows in the same banks; warpgroup
+  // 1 in half L's bytes; a row's second copy to the row's start; one copy of the rotated row.
+  EXPECT_NE(o_staging_problem([](int c, int row, int col) { return s64::o_stage_half(c) + 512u * row + 2u * col; },
+                              [](int row, int) { return s64::OStageCopy{512u * row, 0, 512}; }), "");
+  EXPECT_NE(o_staging_problem([](int c, int row, int col) { return 16384u * c + s64::o_stage_offset(row, 2u * col); },
+                              s64::o_stage_copy), "");
+  EXPECT_NE(o_staging_problem(o_stage_at, [](int row, int k) {
+              s64::OStageCopy cp = s64::o_stage_copy(row, k);
+              if (k == 1) cp.dst = 0;
+              return cp; }), "");
+  EXPECT_NE(o_staging_problem(o_stage_at, [](int row, int k) {
+              return k == 0 ? s64::OStageCopy{512u * row, 0, 512} : s64::OStageCopy{0, 0, 0}; }), "");
 }
 
 TEST(MlaAttentionSeesaw64Layout, PlantedBugsAreCaught) {

@@ -210,6 +210,11 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, int b
 // driver offers no encoder or refuses the map.
 bool encode_mla_bf16_cache_map(const MlaAttentionParams& p, int box_rows, CUtensorMap* map);
 
+// A tensor map over a bf16 q as [Tq * H][576] rows (its tokens H rows apart: q_s0 == H * q_s1,
+// q_vec), boxes of 64 columns x 64 rows, 128-byte swizzle (Q's shared layout in v2 and v4); false
+// for other strides or when the driver offers no encoder or refuses the map.
+bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map);
+
 // The element offsets of query row r of sequence s in the outputs: o's row (bf16) and lse's
 // element when the call has one split, else the split's partial row in ws_o (f32, 512 values) and
 // its ws_lse element. The keys-as-M epilogues form them once per row (one lane each) and share

@@ -19,6 +19,10 @@
 // scattered 4-byte o stores a thread; o through shared memory (Q's region, free by then) and one
 // bulk copy a row: H100, H 128 B128 8k 1.015-1.018x, 4k 1.053x, verify 4 1.017-1.023x (488-489 us
 // beside FlashMLA's 508 in one job at boost clocks; 541-545 beside 548 under the power cap).
+// Thirty-sixth session: o staged in the last KV tile's stage, so that the next row tile's Q comes
+// by tensor copy under the epilogue (as FlashMLA's): H100 short runs 1.02-1.05x at 1k keys and
+// 1.00x at 8k (decode H 128 B128 8k at FlashMLA's 517 us); under the power cap 1.00x (verify 8
+// H 96 8k 0.994x).
 // The history below is the draft's.
 // Measured (H200, twenty-fifth session; docs/perf.md): correct at its first run (the -s64 matrix
 // cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
@@ -79,8 +83,10 @@
 // half's last reader, after wait_group showed its wgmma retired (L: wg0, after P_a V_aL or P_b
 // V_bL; R: wg1, after P_b V_bR or P_a' V_aR). Named (256: 128 arrive + 128 sync): Scale0 (m_s,
 // scale0 written), Scale1 (m_s, scale1), P0 (P0 written, proxy-fenced), P1 (P1 written and wg1's
-// P0 read issued), Q (256 sync: the previous row tile's wgmmas retired and its o copies have read
-// Q's region; Q stored), L (row sums), O + c (128: warpgroup c's o rows staged in Q's region).
+// P0 read issued), Q (256 sync, Q through registers only: the previous row tile's wgmmas retired;
+// Q stored), L (row sums), O + c (128: warpgroup c's o rows staged in half c of the last KV tile's
+// stage, whose release waits for their copies). Q by tensor copy: Q's `full` mbarrier and the
+// freed count (producer_q).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -130,6 +136,37 @@ using SeqPlan = MlaSeqPlan;
 using TilePlan = MlaTilePlan;
 
 // ---- producers ---------------------------------------------------------------------------------
+// Q by tensor copy (a bf16 q whose tokens are H rows apart: encode_mla_q_map), as FlashMLA issues
+// its next request's Q under the last one's epilogue (thirty-fourth session): the producer warp
+// that copies a row tile's first KV tile (half L of its stage) first waits until the consumers
+// have freed Q's region qn times (the last row tile's L barrier: every wgmma retired; o is staged
+// in a KV stage, not there), then one lane issues the 9 boxes of the row tile's 64 query rows
+// into Q's region on Q's barrier. Row tiles without KV tiles take no Q (the consumers neither
+// wait nor free); qn counts those that do, the same in every producer warp. Box rows
+// past the row tile's rows hold other queries or zeros (past the tensor): padded rows, never
+// stored, each row's softmax its own.
+__device__ __forceinline__ void producer_q(const CUtensorMap* map_q, const MlaAttentionParams& p, const SeqPlan& s,
+                                           const TilePlan& tp, uint32_t base, int half, int st, int lane, uint32_t ti,
+                                           uint32_t& qn) {
+  if (map_q == nullptr || tp.ntiles <= 0) return;
+  if (half == kHalfL && static_cast<int>(ti % s64::kStages) == st) {
+    if (lane == 0) {
+      uint32_t freed;
+      for (;;) {
+        asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];\n" : "=r"(freed) : "r"(base + s64::kOffQFreed) : "memory");
+        if (freed >= qn) break;
+        __nanosleep(64);
+      }
+      mbar_arrive_expect_tx(base + s64::kOffBarQ, sm90::kQBytes);
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c)
+        sm90::tma_load_2d(base + s64::kOffQ + c * sm90::kQChunkBytes, map_q, c * s64::kAtomCols, s.qb * p.H + tp.r0,
+                          base + s64::kOffBarQ);
+    }
+  }
+  ++qn;
+}
+
 // The pages of lane l's keys l and l + 32 of the tile at pos0 (0 past kv_end).
 __device__ __forceinline__ void lookup_pages(int (&page)[2], const MlaAttentionParams& p, int b, int pos0, int kv_end, int lane) {
 #pragma unroll
@@ -150,11 +187,12 @@ __device__ __forceinline__ void lookup_pages(int (&page)[2], const MlaAttentionP
 // keys against 494 at 8,192). A page outside the cache: NaN rows below kv_end, no copy.
 __device__ __forceinline__ void producer_paged64(const MlaAttentionParams& p, const CUtensorMap& map_tile, int b, const SeqPlan& s,
                                                  uint32_t base, uint8_t* base_ptr, int half, int st, int lane, uint32_t& ti,
-                                                 uint32_t& edges) {
+                                                 uint32_t& edges, const CUtensorMap* map_q, uint32_t& qn) {
   const int c0 = half == kHalfL ? 0 : s64::kHalfLChunks, c1 = half == kHalfL ? s64::kHalfLChunks : kChunks;
   const uint64_t policy = sm90::l2_evict_first_policy();  // (see producer())
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
+    producer_q(map_q, p, s, tp, base, half, st, lane, ti, qn);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
       if (static_cast<int>(ti % s64::kStages) != st) continue;
       const int pos0 = s.begin + j * kKeys, keys = min(kKeys, tp.kv_end - pos0);  // keys >= 1
@@ -212,7 +250,7 @@ __device__ __forceinline__ void producer_paged64(const MlaAttentionParams& p, co
 // stage (a pair's time before the release in steady state).
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUtensorMap& map_tile, const CUtensorMap& map_row,
                                          int tile_rows, int b, const SeqPlan& s, uint32_t base, uint8_t* base_ptr, int half,
-                                         int st, int lane, uint32_t& ti) {
+                                         int st, int lane, uint32_t& ti, const CUtensorMap* map_q, uint32_t& qn) {
   const int c0 = half == kHalfL ? 0 : s64::kHalfLChunks, c1 = half == kHalfL ? s64::kHalfLChunks : kChunks;
   // Whole tiles are loaded evict-first (as FlashMLA loads its KV): the other row tile of the
   // sequence still finds them in L2 (its CTA runs beside this one), and the stream does not push
@@ -221,6 +259,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, const CUte
   const uint64_t policy = sm90::l2_evict_first_policy();
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = mla_tile_plan<kRows, kKeys>(p, s, mt);
+    producer_q(map_q, p, s, tp, base, half, st, lane, ti, qn);
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
       if (static_cast<int>(ti % s64::kStages) != st) continue;
       const int pos0 = s.begin + j * kKeys;
@@ -320,6 +359,8 @@ struct Ctx {
   int full_end;        // keys below it are attended by every row of the row tile (no mask needed)
   float scale_log2;
   int t;               // thread in the warpgroup
+  uint32_t ti_held;    // the row tile's last tile when o is staged in its stage (not released by
+                       // the pairs: the epilogue releases it once o's copies have read it), else ~0
 };
 
 __device__ __forceinline__ uint32_t stage_of(const Ctx& x, uint32_t ti) {
@@ -328,8 +369,10 @@ __device__ __forceinline__ uint32_t stage_of(const Ctx& x, uint32_t ti) {
 __device__ __forceinline__ void wait_full(const Ctx& x, uint32_t ti, int c) {
   mbar_wait(x.base + s64::full_bar(static_cast<int>(ti % s64::kStages), c), (ti / s64::kStages) & 1);
 }
-// Every warp of the warpgroup, once its wgmmas reading the half are retired.
+// Every warp of the warpgroup, once its wgmmas reading the half are retired; the held tile's halves
+// wait for the epilogue (o staged there).
 __device__ __forceinline__ void release(const Ctx& x, uint32_t ti, int half) {
+  if (ti == x.ti_held) return;
   __syncwarp();
   if (x.t % 32 == 0) mbar_arrive(x.base + s64::empty_bar(static_cast<int>(ti % s64::kStages), half));
 }
@@ -598,9 +641,56 @@ __device__ __forceinline__ void pair_wg1(float (&o)[128], float (&sc)[32], const
   }
 }
 
+// The items of this CTA in order: with the uniform plan the sequences b = blockIdx.z, + gridDim.z,
+// ... (split blockIdx.y of each, the workspace slot); with the flattened schedule (p.flat_run > 0)
+// the segments of run blockIdx.z of the batch's concatenated planned tiles, each of sequence b in
+// slot (run - its first run), direct when b has one segment. Flattened: 32-bit, the host checks
+// batch x tiles < 2^31. for_each_item walks them; next_row_tile looks one row tile ahead in the
+// same order (the consumers' Q prefetch).
+struct ItemWalk {
+  bool flat;
+  int tiles, run, z, g0, g1, step;
+};
+__device__ __forceinline__ ItemWalk item_walk(const MlaAttentionParams& p, int batch) {
+  ItemWalk w;
+  w.flat = p.flat_run > 0;
+  w.tiles = w.flat ? p.flat_tiles : 1;
+  w.run = w.flat ? p.flat_run : 1;
+  w.z = static_cast<int>(blockIdx.z);
+  w.g0 = w.z * w.run;
+  const int all = batch * w.tiles;
+  w.g1 = w.g0 + w.run < all ? w.g0 + w.run : all;
+  w.step = w.flat ? 1 : static_cast<int>(gridDim.z);
+  return w;
+}
+__device__ __forceinline__ int item_first(const ItemWalk& w) { return w.flat ? w.g0 / w.tiles : w.z; }
+__device__ __forceinline__ bool item_in(const ItemWalk& w, int b, int batch) { return w.flat ? b * w.tiles < w.g1 : b < batch; }
+// Sequence b's item (false: none, its q_start entries are out of order).
+__device__ __forceinline__ bool item_plan(const MlaAttentionParams& p, const ItemWalk& w, int b, int split, SeqPlan& s, int& slot) {
+  if (!w.flat) {
+    slot = split;
+    return mla_seq_plan<kRows, kKeys>(p, b, split, s);
+  }
+  const int from = w.g0 - b * w.tiles, to = w.g1 - b * w.tiles;
+  const int first = mla_flat_first_part(b, w.tiles, w.run), segments = mla_flat_segments(b, w.tiles, w.run);
+  slot = w.z - first;
+  return mla_seq_plan_flat<kRows, kKeys>(p, b, from > 0 ? from : 0, to < w.tiles ? to : w.tiles, segments == 1, s);
+}
+template <typename F>
+__device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int batch, int split, F&& f) {
+  // One loop and one call of f for both schedules (two would inline the roles twice and spill).
+  const ItemWalk w = item_walk(p, batch);
+  for (int b = item_first(w); item_in(w, b, batch); b += w.step) {
+    SeqPlan s;
+    int slot;
+    if (item_plan(p, w, b, split, s, slot)) f(b, s, slot);
+  }
+}
+// One item (sequence b's plan s, workspace slot `split`). q_tma: Q by tensor copy (producer_q),
+// q_waits the uses of Q's barrier so far; else Q through registers (load_q) at the row tile's start.
 template <bool kQFp8>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                         uint8_t* base_ptr, int c, int t, uint32_t& ti_run) {
+                                         uint8_t* base_ptr, int c, int t, uint32_t& ti_run, bool q_tma, uint32_t& q_waits) {
   const int tq = t % 4, row0 = frag_d_row(t, 0);
   float* l_s = reinterpret_cast<float*>(base_ptr + s64::kOffL);
   Ctx x{};
@@ -618,13 +708,19 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     x.kv_end = tp.kv_end;
     // Causal limits grow with the row: the tile's first row has the smallest.
     x.full_end = min(tp.kv_end, s.L - s.n + tp.r0 / p.H + 1);
-    sm90::bulk_wait_group_read0();  // the last row tile's o copies have read Q's region (their staging)
-    named_bar_sync(kBarQ, kConsumerThreads);  // the previous row tile's wgmmas (Q, P0, P1) retired
     uint32_t q8[4][4];
-    if (tp.ntiles > 0) {
-      load_q<kQFp8>(p, s, tp, base_ptr, t + 128 * c);
-      fence_proxy_async();
-      named_bar_sync(kBarQ, kConsumerThreads);
+    bool q_here = tp.ntiles > 0;
+    if (q_tma) {
+      if (q_here) mbar_wait(base + s64::kOffBarQ, q_waits++ & 1);  // (producer_q)
+    } else {
+      named_bar_sync(kBarQ, kConsumerThreads);  // the previous row tile's wgmmas (Q, P0, P1) retired
+      if (q_here) {
+        load_q<kQFp8>(p, s, tp, base_ptr, t + 128 * c);
+        fence_proxy_async();
+        named_bar_sync(kBarQ, kConsumerThreads);
+      }
+    }
+    if (q_here) {
 #pragma unroll
       for (int k = 0; k < 4; ++k)
 #pragma unroll
@@ -636,6 +732,9 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float sc[32];
     x.ti_a = ti_run;
+    // o staged in the last tile's stage (s64::o_stage_half): its halves held back from the producers.
+    const bool staged = s.direct && p.o_vec && tp.ntiles > 0;
+    x.ti_held = staged ? ti_run + static_cast<uint32_t>(tp.ntiles) - 1 : ~0u;
     // The first pair's QKs, each retired where issued.
     if (c == 0 && tp.ntiles > 0) {
       qk_chunks<0, kChunks, true>(sc, q8, x, ti_run);
@@ -683,15 +782,21 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       for (int h = 0; h < 2; ++h) l_s[c * kRows + row0 + 8 * h] = l[h];
     }
     named_bar_sync(kBarL, kConsumerThreads);
+    // Every wgmma of the row tile retired (both warpgroups): Q's region is free (o is staged in
+    // the last tile's stage) for the next row tile's Q, issued under this epilogue (producer_q).
+    if (q_tma && tp.ntiles > 0 && c == 0 && t == 0)
+      asm volatile("st.release.cta.shared::cta.u32 [%0], %1;\n" ::"r"(base + s64::kOffQFreed), "r"(q_waits) : "memory");
 #pragma unroll
     for (int h = 0; h < 2; ++h) l[h] += l_s[(c ^ 1) * kRows + row0 + 8 * h];
 
     // Epilogue: normalise, write. One split with 16-byte o rows: through shared memory, each
-    // row of the warpgroup's 256 columns one bulk copy, so that no thread waits on its stores
+    // row of the warpgroup's 256 columns two bulk copies, so that no thread waits on its stores
     // (64 scattered 4-byte stores a thread took ~5.5 us a row tile under the next one's first
-    // copies: H 128 B128 8k ran 1.056x faster without them; thirty-first session).
-    if (s.direct && p.o_vec) {
-      uint8_t* const o_stage = base_ptr + s64::o_stage_base(c);
+    // copies: H 128 B128 8k ran 1.056x faster without them; thirty-first session), staged in half
+    // c of the last tile's stage, which goes back to the producers once the copies have read it.
+    if (staged) {
+      const uint32_t stage = stage_of(x, x.ti_held) + s64::o_stage_half(c);
+      uint8_t* const o_stage = base_ptr + (stage - base);
       const int colw = frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);  // column in the warpgroup's 256
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -701,7 +806,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
           const int i = 4 * k + 2 * h, d = colw + frag_d_col(0, i);
-          *reinterpret_cast<uint32_t*>(o_stage + s64::o_stage_row(local) + 2 * d) = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
+          *reinterpret_cast<uint32_t*>(o_stage + s64::o_stage_offset(local, 2u * d)) = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
         }
         if (p.lse && c == 0 && tq == 0) p.lse[mla_row_offsets(p, s, split, tp.r0 + local).lse] = lse2 * kLn2;
       }
@@ -709,9 +814,16 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       named_bar_sync(kBarO + c, 128);
       if (t < tp.rows_here) {
         const MlaRowOffsets off = mla_row_offsets(p, s, split, tp.r0 + t);
-        sm90::bulk_copy_s2g(p.o + off.o + 256 * c, smem_u32(o_stage + s64::o_stage_row(t)), 512);
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const s64::OStageCopy cp = s64::o_stage_copy(t, k);
+          if (cp.bytes > 0) sm90::bulk_copy_s2g(p.o + off.o + 256 * c + cp.dst / 2, stage + cp.src, cp.bytes);
+        }
         sm90::bulk_commit_group();
+        sm90::bulk_wait_group_read0();  // read: the stage may be refilled
       }
+      __syncwarp();
+      if (t % 32 == 0) mbar_arrive(base + s64::empty_bar(static_cast<int>(x.ti_held % s64::kStages), c == 0 ? kHalfL : kHalfR));
       continue;
     }
     const int col0 = c * 256 + frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);
@@ -743,40 +855,13 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   }
 }
 
-// The items of this CTA in order, f(b, plan, slot): with the uniform plan the sequences b =
-// blockIdx.z, + gridDim.z, ... (split blockIdx.y of each, the workspace slot); with the flattened
-// schedule (p.flat_run > 0) the segments of run blockIdx.z of the batch's concatenated planned
-// tiles, each of sequence b in slot (run - its first run), direct when b has one segment.
-template <typename F>
-__device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int batch, int split, F&& f) {
-  // One loop and one call of f for both schedules (two would inline the roles twice and spill).
-  // Flattened: 32-bit, the host checks batch x tiles < 2^31.
-  const bool flat = p.flat_run > 0;
-  const int tiles = flat ? p.flat_tiles : 1, run = flat ? p.flat_run : 1, z = static_cast<int>(blockIdx.z);
-  const int g0 = z * run, all = batch * tiles, g1 = g0 + run < all ? g0 + run : all;
-  const int step = flat ? 1 : static_cast<int>(gridDim.z);
-  for (int b = flat ? g0 / tiles : z; flat ? b * tiles < g1 : b < batch; b += step) {
-    SeqPlan s;
-    int slot = split;
-    bool ok;
-    if (flat) {
-      const int from = g0 - b * tiles, to = g1 - b * tiles;
-      const int first = mla_flat_first_part(b, tiles, run), segments = mla_flat_segments(b, tiles, run);
-      slot = z - first;
-      ok = mla_seq_plan_flat<kRows, kKeys>(p, b, from > 0 ? from : 0, to < tiles ? to : tiles, segments == 1, s);
-    } else {
-      ok = mla_seq_plan<kRows, kKeys>(p, b, split, s);
-    }
-    if (ok) f(b, s, slot);
-  }
-}
-
 // tile_rows: the rows of map_tile's boxes (64, 32 or 16, dividing page_size), or 0 when every key
 // is copied by map_row's one-row boxes.
 template <bool kQFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_seesaw64_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_tile,
-                                  const __grid_constant__ CUtensorMap map_row, int tile_rows, int batch) {
+                                  const __grid_constant__ CUtensorMap map_row, const __grid_constant__ CUtensorMap map_q,
+                                  int tile_rows, int batch, int q_tma) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = smem_u32(smem_raw);
   if ((base & 1023u) != 0) __trap();  // the budget has no alignment slack (tools/smem_base_probe.cu)
@@ -787,6 +872,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     if (tile_rows > 0) sm90::prefetch_tensormap(&map_tile);
     sm90::prefetch_tensormap(&map_row);
+    if (q_tma) sm90::prefetch_tensormap(&map_q);
+    mbar_init(base + s64::kOffBarQ, 1);      // the issuing producer lane (+ tx bytes)
+    *reinterpret_cast<uint32_t*>(smem_raw + s64::kOffQFreed) = 0u;  // (row tiles whose Q's region was freed)
     for (int st = 0; st < s64::kStages; ++st) {
       for (int c = 0; c < kChunks; ++c) mbar_init(base + s64::full_bar(st, c), 1);  // a producer lane (+ tx bytes)
       for (int h = 0; h < 2; ++h) {
@@ -807,30 +895,36 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::setmaxnreg_dec<kProducerRegs>();
     const int pw = (tid - kConsumerThreads) / 32;
     uint32_t edges = 0;  // uses of this warp's edge barrier (its parity)
+    uint32_t qn = 0;     // row tiles with a Q by tensor copy so far
+    const CUtensorMap* q_map = q_tma ? &map_q : nullptr;
     for_each_item(p, batch, split, [&](int b, const SeqPlan& s, int) {
       if (tile_rows == kKeys) {
-        producer_paged64(p, map_tile, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti, edges);
+        producer_paged64(p, map_tile, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti, edges, q_map, qn);
       } else {
-        producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti);
+        producer(p, map_tile, map_row, tile_rows, b, s, base, base_ptr, pw % 2, pw / 2, tid % 32, ti, q_map, qn);
       }
     });
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
-    for_each_item(p, batch, split, [&](int, const SeqPlan& s, int slot) { consumer<kQFp8>(p, s, slot, base, base_ptr, c, tid % 128, ti); });
+    uint32_t q_waits = 0;
+    for_each_item(p, batch, split, [&](int, const SeqPlan& s, int slot) {
+      consumer<kQFp8>(p, s, slot, base, base_ptr, c, tid % 128, ti, q_tma != 0, q_waits);
+    });
     sm90::bulk_wait_group_read0();  // o's staging is read before the CTA's shared memory goes
   }
 }
 
 template <bool kQFp8>
-void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_tile, const CUtensorMap& map_row, int tile_rows,
-            int batch, cudaStream_t s) {
+void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_tile, const CUtensorMap& map_row,
+            const CUtensorMap& map_q, bool q_tma, int tile_rows, int batch, cudaStream_t s) {
   static const char tag = 0;
   once_per_device(&tag, [] {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_seesaw64_kernel<kQFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(s64::kSmemBytes)));
   });
-  mla_attention_seesaw64_kernel<kQFp8><<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, tile_rows, batch);
+  mla_attention_seesaw64_kernel<kQFp8>
+      <<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, map_q, tile_rows, batch, q_tma ? 1 : 0);
   // (the schedule in the name, so that tests can tell which ran)
   if (p.flat_run > 0)
     KESTREL_LAUNCHED(kQFp8 ? "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P> flat runs"
@@ -856,10 +950,14 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, int b
   const int64_t sms = num_sms();
   if (p.flat_run == 0 && mla_attention_seesaw64_walks(batch, grid.x, p.splits, sms))
     grid.z = static_cast<unsigned>(std::max<int64_t>(1, sms / grid.x));
+  // A bf16 q whose tokens are H rows apart goes by tensor copy (producer_q); others (an fp8 q,
+  // widened in registers; other strides) through registers.
+  CUtensorMap map_q{};
+  const bool q_tma = !fp8_q && encode_mla_q_map(p, &map_q);
   if (fp8_q) {
-    launch<true>(p, grid, map_tile, map_row, tile_rows, batch, s);
+    launch<true>(p, grid, map_tile, map_row, map_q, false, tile_rows, batch, s);
   } else {
-    launch<false>(p, grid, map_tile, map_row, tile_rows, batch, s);
+    launch<false>(p, grid, map_tile, map_row, map_q, q_tma, tile_rows, batch, s);
   }
   return true;
 }

@@ -46,20 +46,20 @@ constexpr uint32_t kOffScale0 = kOffM + kRows * 4;
 constexpr uint32_t kOffScale1 = kOffScale0 + kRows * 4;
 constexpr uint32_t kOffL = kOffScale1 + kRows * 4;  // [2 warpgroups][64]
 constexpr uint32_t kOffBarFull = kOffL + 2 * kRows * 4;
-// o of a row tile on its way out (one split, 16-byte o rows): warpgroup c's 64 rows x 256 bf16
-// columns at kOffQ + c kOStageBytes, rows kORowBytes apart (512 + 16: a thread's 4-byte stores,
-// 8 rows x 4 column pairs a warp, fall in 32 different banks), each row one bulk copy to global.
-// Q (and P1, its chunk 8) are free then: every wgmma of the row tile has retired.
-constexpr uint32_t kORowBytes = 512 + 16;
-constexpr uint32_t kOStageBytes = kRows * kORowBytes;
 constexpr uint32_t kOffBarEmpty = kOffBarFull + kStages * kColChunks * 8;
 // Per (stage, half): the producer's own barrier for a tile that ends inside its page (copied
 // whole, then its rows past kv_end zeroed before `full`).
 constexpr uint32_t kOffBarEdge = kOffBarEmpty + kStages * 2 * 8;
-constexpr uint32_t kSmemBytes = kOffBarEdge + kStages * 2 * 8;
+// Q by tensor copy (a bf16 q): Q's `full` mbarrier (count 1 + tx, the issuing producer lane) and
+// the count of row tiles whose Q's region the consumers have freed (a u32 that consumer thread 0
+// stores with release at each L barrier, the issuing producer warp reads with acquire: a count,
+// not an mbarrier phase, because a producer warp with no tile in a row tile runs a row tile ahead,
+// and a parity wait two phases behind would pass at once).
+constexpr uint32_t kOffBarQ = kOffBarEdge + kStages * 2 * 8;
+constexpr uint32_t kOffQFreed = kOffBarQ + 8;
+constexpr uint32_t kSmemBytes = kOffQFreed + 8;
 static_assert(kOffStages % 1024 == 0 && kOffP0 % 1024 == 0 && kOffP1 % 1024 == 0 && kOffBarFull % 8 == 0);
-static_assert(kSmemBytes == 230864 && kSmemBytes <= 232448, "the budget above");
-static_assert(2 * kOStageBytes <= sm90::kQBytes && kORowBytes % 16 == 0, "o's staging fits Q's region, rows 16-byte aligned");
+static_assert(kSmemBytes == 230880 && kSmemBytes <= 232448, "the budget above");
 
 KESTREL_SM90_HD uint32_t full_bar(int stage, int chunk) { return kOffBarFull + 8 * (stage * kColChunks + chunk); }
 KESTREL_SM90_HD uint32_t empty_bar(int stage, int half) { return kOffBarEmpty + 8 * (stage * 2 + half); }
@@ -82,11 +82,32 @@ KESTREL_SM90_HD uint64_t v_desc(uint32_t stage, int c, int ks) {
   return sm90::make_desc_sw128(stage + static_cast<uint32_t>(4 * c * kChunkBytes + ks * 16 * 128), kChunkBytes, sm90::kSbo);
 }
 
-// o on its way out (see kORowBytes): warpgroup c's staging starts at o_stage_base(c); its row r,
-// column d (0-255; a thread stores the pair d, d + 1) at o_stage_base(c) + o_stage_row(r) + 2 d,
-// and row r's 512 bytes, columns 0-255 in order, are one bulk copy from o_stage_base(c) + o_stage_row(r).
-KESTREL_SM90_HD uint32_t o_stage_base(int c) { return kOffQ + c * kOStageBytes; }
-KESTREL_SM90_HD uint32_t o_stage_row(int row) { return row * kORowBytes; }
+// o of a row tile on its way out (one split, 16-byte o rows, at least one KV tile): warpgroup c's
+// 64 rows x 256 bf16 columns (512 bytes a row) in half c's bytes of the stage that held the row
+// tile's last KV tile (half L: chunks 0-3; warpgroup 1 in chunks 4-7 of half R), as FlashMLA
+// stages its o in a KV buffer. That leaves Q's region free for the next row tile's Q, issued at
+// the L barrier under this epilogue; the stage's halves go back to the producers only once the
+// copies have read them (thirty-fourth session). Row r lies at o_stage_half(c) + 512 r, rotated
+// by o_stage_rot(r) = 16 (r % 8) bytes: byte g of the row (column g / 2) at ((g + rot) % 512), so
+// that a warp's 4-byte stores, 8 rows x 4 column pairs, fall in 32 different banks (as the
+// padded rows in Q's region did). A row goes out in two bulk copies, the rotation's two parts
+// (o_stage_copy).
+constexpr uint32_t kORowBytes = 512;
+constexpr uint32_t kOHalfBytes = kRows * kORowBytes;  // 32,768
+static_assert(kOHalfBytes == kHalfLChunks * kChunkBytes && 2 * kOHalfBytes <= kStageBytes, "warpgroup c's o in half c's chunks");
+KESTREL_SM90_HD uint32_t o_stage_half(int c) { return c * kOHalfBytes; }
+KESTREL_SM90_HD uint32_t o_stage_rot(int row) { return 16u * static_cast<uint32_t>(row % 8); }
+// The stored bytes of row r, byte g (column g / 2), from the start of the warpgroup's half.
+KESTREL_SM90_HD uint32_t o_stage_offset(int row, uint32_t g) { return row * kORowBytes + (g + o_stage_rot(row)) % kORowBytes; }
+// Bulk copy k (0, 1) of row r: `bytes` bytes (0: none) from src (from the half's start) to the
+// row's bytes dst.. in global memory; all multiples of 16.
+struct OStageCopy {
+  uint32_t src, dst, bytes;
+};
+KESTREL_SM90_HD OStageCopy o_stage_copy(int row, int k) {
+  const uint32_t rot = o_stage_rot(row), at = row * kORowBytes;
+  return k == 0 ? OStageCopy{at + rot, 0, kORowBytes - rot} : OStageCopy{at, kORowBytes - rot, rot};
+}
 
 // P of a tile through shared memory (P0, P1): [64 rows][64 keys] bf16 in one swizzled chunk,
 // Q's layout, read as PV's A (K-major) by the other warpgroup: k-step ks is Q's k-step ks. The

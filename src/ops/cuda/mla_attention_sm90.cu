@@ -1088,7 +1088,13 @@ bool encode_kv_map(const MlaAttentionParams& p, CUtensorMap* map) {
 // (dequantised in registers), long splits (q_tensor: the host rule
 // mla_attention_q_by_tensor_copy), other strides, or a map the driver refuses.
 bool encode_q_map(const MlaAttentionParams& p, bool q_fp8, CUtensorMap* map) {
-  if (q_fp8 || !p.q_tensor || !p.q_vec || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1) return false;
+  return !q_fp8 && p.q_tensor && encode_mla_q_map(p, map);
+}
+
+}  // namespace
+
+bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map) {
+  if (!p.q_vec || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1) return false;
   const auto encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.Tq * p.H)};
@@ -1099,6 +1105,8 @@ bool encode_q_map(const MlaAttentionParams& p, bool q_fp8, CUtensorMap* map) {
                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
+
+namespace {
 
 // The kernel's name in the launch log (tests read it to prove the path taken): the cache and
 // query dtypes, TMA mode, and ", fast P" when P is rounded once (MlaAttentionPrecision::fast).
