@@ -645,8 +645,8 @@ __device__ __forceinline__ void pair_wg1(float (&o)[128], float (&sc)[32], const
 // ... (split blockIdx.y of each, the workspace slot); with the flattened schedule (p.flat_run > 0)
 // the segments of run blockIdx.z of the batch's concatenated planned tiles, each of sequence b in
 // slot (run - its first run), direct when b has one segment. Flattened: 32-bit, the host checks
-// batch x tiles < 2^31. for_each_item walks them; next_row_tile looks one row tile ahead in the
-// same order (the consumers' Q prefetch).
+// batch x tiles < 2^31. for_each_item walks them (producers and consumers alike, so that both
+// roles count the same row tiles: the stages' phases, Q's barrier and the freed count).
 struct ItemWalk {
   bool flat;
   int tiles, run, z, g0, g1, step;
