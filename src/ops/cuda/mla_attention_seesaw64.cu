@@ -641,51 +641,6 @@ __device__ __forceinline__ void pair_wg1(float (&o)[128], float (&sc)[32], const
   }
 }
 
-// The items of this CTA in order: with the uniform plan the sequences b = blockIdx.z, + gridDim.z,
-// ... (split blockIdx.y of each, the workspace slot); with the flattened schedule (p.flat_run > 0)
-// the segments of run blockIdx.z of the batch's concatenated planned tiles, each of sequence b in
-// slot (run - its first run), direct when b has one segment. Flattened: 32-bit, the host checks
-// batch x tiles < 2^31. for_each_item walks them (producers and consumers alike, so that both
-// roles count the same row tiles: the stages' phases, Q's barrier and the freed count).
-struct ItemWalk {
-  bool flat;
-  int tiles, run, z, g0, g1, step;
-};
-__device__ __forceinline__ ItemWalk item_walk(const MlaAttentionParams& p, int batch) {
-  ItemWalk w;
-  w.flat = p.flat_run > 0;
-  w.tiles = w.flat ? p.flat_tiles : 1;
-  w.run = w.flat ? p.flat_run : 1;
-  w.z = static_cast<int>(blockIdx.z);
-  w.g0 = w.z * w.run;
-  const int all = batch * w.tiles;
-  w.g1 = w.g0 + w.run < all ? w.g0 + w.run : all;
-  w.step = w.flat ? 1 : static_cast<int>(gridDim.z);
-  return w;
-}
-__device__ __forceinline__ int item_first(const ItemWalk& w) { return w.flat ? w.g0 / w.tiles : w.z; }
-__device__ __forceinline__ bool item_in(const ItemWalk& w, int b, int batch) { return w.flat ? b * w.tiles < w.g1 : b < batch; }
-// Sequence b's item (false: none, its q_start entries are out of order).
-__device__ __forceinline__ bool item_plan(const MlaAttentionParams& p, const ItemWalk& w, int b, int split, SeqPlan& s, int& slot) {
-  if (!w.flat) {
-    slot = split;
-    return mla_seq_plan<kRows, kKeys>(p, b, split, s);
-  }
-  const int from = w.g0 - b * w.tiles, to = w.g1 - b * w.tiles;
-  const int first = mla_flat_first_part(b, w.tiles, w.run), segments = mla_flat_segments(b, w.tiles, w.run);
-  slot = w.z - first;
-  return mla_seq_plan_flat<kRows, kKeys>(p, b, from > 0 ? from : 0, to < w.tiles ? to : w.tiles, segments == 1, s);
-}
-template <typename F>
-__device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int batch, int split, F&& f) {
-  // One loop and one call of f for both schedules (two would inline the roles twice and spill).
-  const ItemWalk w = item_walk(p, batch);
-  for (int b = item_first(w); item_in(w, b, batch); b += w.step) {
-    SeqPlan s;
-    int slot;
-    if (item_plan(p, w, b, split, s, slot)) f(b, s, slot);
-  }
-}
 // One item (sequence b's plan s, workspace slot `split`). q_tma: Q by tensor copy (producer_q),
 // q_waits the uses of Q's barrier so far; else Q through registers (load_q) at the row tile's start.
 template <bool kQFp8>
@@ -857,6 +812,36 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 
 // tile_rows: the rows of map_tile's boxes (64, 32 or 16, dividing page_size), or 0 when every key
 // is copied by map_row's one-row boxes.
+// The items of this CTA in order, f(b, plan, slot): with the uniform plan the sequences b =
+// blockIdx.z, + gridDim.z, ... (split blockIdx.y of each, the workspace slot); with the flattened
+// schedule (p.flat_run > 0) the segments of run blockIdx.z of the batch's concatenated planned
+// tiles, each of sequence b in slot (run - its first run), direct when b has one segment. Producers
+// and consumers walk the same items, so that both roles count the same row tiles (the stages'
+// phases, Q's barrier and the freed count).
+template <typename F>
+__device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int batch, int split, F&& f) {
+  // One loop and one call of f for both schedules (two would inline the roles twice and spill).
+  // Flattened: 32-bit, the host checks batch x tiles < 2^31.
+  const bool flat = p.flat_run > 0;
+  const int tiles = flat ? p.flat_tiles : 1, run = flat ? p.flat_run : 1, z = static_cast<int>(blockIdx.z);
+  const int g0 = z * run, all = batch * tiles, g1 = g0 + run < all ? g0 + run : all;
+  const int step = flat ? 1 : static_cast<int>(gridDim.z);
+  for (int b = flat ? g0 / tiles : z; flat ? b * tiles < g1 : b < batch; b += step) {
+    SeqPlan s;
+    int slot = split;
+    bool ok;
+    if (flat) {
+      const int from = g0 - b * tiles, to = g1 - b * tiles;
+      const int first = mla_flat_first_part(b, tiles, run), segments = mla_flat_segments(b, tiles, run);
+      slot = z - first;
+      ok = mla_seq_plan_flat<kRows, kKeys>(p, b, from > 0 ? from : 0, to < tiles ? to : tiles, segments == 1, s);
+    } else {
+      ok = mla_seq_plan<kRows, kKeys>(p, b, split, s);
+    }
+    if (ok) f(b, s, slot);
+  }
+}
+
 template <bool kQFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_seesaw64_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_tile,
