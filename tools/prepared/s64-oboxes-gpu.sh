@@ -44,12 +44,22 @@ for r in 1 2; do
   done
 done
 rm -f "$OUT"/z/s/*.smi
-# 3. Nsight at the locked clock: cycles and instructions of the three at decode 8k.
-for v in main new rule; do
-  timeout 90 ncu --metrics gpu__time_duration.sum,sm__cycles_elapsed.max,smsp__inst_executed.sum -k regex:seesaw64 \
-    --launch-skip 2 -c 3 .gpu-var/$v/kestrel-bench --reps 5 --no-ceilings --filter mla_attention/decode-B128-ctx8192-H128-bf16-fastP > "$OUT/z/ncu-$v.log" 2>&1
-  echo "ncu $v rc=$?: $(grep -E 'gpu__time_duration|sm__cycles_elapsed' "$OUT/z/ncu-$v.log" | awk '{print $1, $NF}' | tr '\n' ' ')"
+# 3. Nsight at decode 8k: cycles of the three at the locked clock with L2 flushed (as job 5,
+# where the patch counted main's cycles), then at the running clock with L2 as the last launch left
+# it (as the timed runs), which is where they differ if the loss is the clock or L2's state; then
+# the timed runs again with graph replay (no host work between launches).
+M=gpu__time_duration.sum,sm__cycles_elapsed.max,smsp__inst_executed.sum
+for mode in locked free; do
+  extra=(); [ $mode = free ] && extra=(--cache-control none --clock-control none)
+  for v in main new rule; do
+    timeout 90 ncu "${extra[@]}" --metrics $M -k regex:seesaw64 --launch-skip 2 -c 3 .gpu-var/$v/kestrel-bench --reps 5 \
+      --no-ceilings --filter mla_attention/decode-B128-ctx8192-H128-bf16-fastP > "$OUT/z/ncu-$mode-$v.log" 2>&1
+    echo "ncu $mode $v rc=$?: $(grep -E 'gpu__time_duration|sm__cycles_elapsed' "$OUT/z/ncu-$mode-$v.log" | awk '{print $1, $NF}' | tr '\n' ' ')"
+  done
 done
+AB_TIMEOUT=120 scripts/gpu-ab "$OUT/z/abg" 2 .gpu-var/main .gpu-var/new .gpu-var/rule -- --reps 20 --timing graph --no-ceilings \
+  --filter mla_attention/decode-B128-ctx8192-H128-bf16-fastP --filter mla_attention/verify8-B128-ctx1024-H128-bf16-fastP > /dev/null 2>&1
+python3 scripts/bench-compare "$OUT/z/abg" --base main
 # 4. The boxes kernel's item phases at decode 8k and verify 8 1k (tools/cta_timeline.py).
 for s in decode-B128-ctx8192-H128 verify8-B128-ctx1024-H128; do
   timeout 60 .gpu-var/obtl/kestrel-bench --reps 3 --warmup 1 --no-ceilings --filter "mla_attention/$s-bf16-fastP" > "$OUT/z/tl-$s.txt" 2>&1
