@@ -19,14 +19,8 @@
 #     git apply tests/mutations/cuda_mla_seesaw64_dyn_rows.patch && ninja -C build kestrel-tests &&
 #     cp build/kestrel-tests $R/.gpu-var/dynmut/ && git checkout src && strip $R/.gpu-var/dyn*/kestrel-* && cd $R
 #   mkdir -p .gpu-var/main && cp build/kestrel-bench .gpu-var/main/   (main's, built as usual)
-#   cp tools/prepared/s64-dyn-gpu.sh .gpu-var/dyn/job.sh   (the job must travel in a carried folder)
-# then run `bash .gpu-var/dyn/job.sh` with carry [".gpu-var/main", ".gpu-var/dyn", ".gpu-var/dynmut", ".peers/flashmla-bench"].
-set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT/z"
-t0=$(date +%s)
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-step() { local name=$1 limit=$2; shift 2; local t1=$(date +%s); timeout "$limit" "$@" > "$OUT/z/$name.log" 2>&1; echo "$name rc=$? $(( $(date +%s) - t1 ))s $(tail -n 1 "$OUT/z/$name.log")"; }
+# then run `bash tools/prepared/s64-dyn-gpu.sh` (tracked files travel) with carry [".gpu-var/main", ".gpu-var/dyn", ".gpu-var/dynmut", ".peers/flashmla-bench"].
+source "$(dirname "$0")/job-lib.sh"
 T=.gpu-var/dyn/kestrel-tests
 # 1. One test a process, each with its own limit, so that a hang names its test.
 for t in $($T --gtest_list_tests --gtest_filter='MlaAttentionCuda.*' | awk '/^ /{print "MlaAttentionCuda." $1}'); do

@@ -17,15 +17,9 @@
 #     git apply $R/tools/prepared/s64-oboxes-timeline.patch && ninja -C build kestrel-bench &&
 #     cp build/kestrel-bench $R/.gpu-var/obtl/ && strip $R/.gpu-var/*/kestrel-* && cd $R
 #   mkdir -p .gpu-var/main && cp build/kestrel-bench build/kestrel-tests .gpu-var/main/   (main's, built as usual)
-#   cp tools/prepared/s64-oboxes-gpu.sh .gpu-var/new/job.sh   (the job must travel in a carried folder)
-# then run `bash .gpu-var/new/job.sh` with carry
+# then run `bash tools/prepared/s64-oboxes-gpu.sh` (tracked files travel) with carry
 # [".gpu-var/main", ".gpu-var/new", ".gpu-var/rule", ".gpu-var/obtl", ".peers/flashmla-bench"].
-set -uo pipefail
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT/z"
-t0=$(date +%s)
-nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
-step() { local name=$1 limit=$2; shift 2; local t1=$(date +%s); timeout "$limit" "$@" > "$OUT/z/$name.log" 2>&1; echo "$name rc=$? $(( $(date +%s) - t1 ))s $(tail -n 1 "$OUT/z/$name.log")"; }
+source "$(dirname "$0")/job-lib.sh"
 # 1. Short runs, three builds (3 rounds, forward and back).
 S="decode-B128-ctx8192-H128 verify8-B128-ctx8192-H96 decode-B128-ctx4096-H128 decode-B128-ctx1024-H128 verify8-B128-ctx1024-H128 verify4-B128-ctx1024-H96 verify4-B8-ctx8192-H96"
 f=(); for s in $S; do f+=(--filter "mla_attention/$s-bf16-fastP"); done
