@@ -17,7 +17,8 @@
 #     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON && ninja -C build kestrel-tests kestrel-bench &&
 #     mkdir -p $R/.gpu-var/dyn $R/.gpu-var/dynmut && cp build/kestrel-tests build/kestrel-bench $R/.gpu-var/dyn/ &&
 #     git apply tests/mutations/cuda_mla_seesaw64_dyn_rows.patch && ninja -C build kestrel-tests &&
-#     cp build/kestrel-tests $R/.gpu-var/dynmut/ && git checkout src && strip $R/.gpu-var/dyn*/kestrel-* && cd $R
+#     cp build/kestrel-tests $R/.gpu-var/dynmut/ && git apply -R tests/mutations/cuda_mla_seesaw64_dyn_rows.patch &&
+#     strip $R/.gpu-var/dyn*/kestrel-* && cd $R
 #   mkdir -p .gpu-var/main && cp build/kestrel-bench .gpu-var/main/   (main's, built as usual)
 # then run `bash tools/prepared/s64-dyn-gpu.sh` (tracked files travel) with carry [".gpu-var/main", ".gpu-var/dyn", ".gpu-var/dynmut", ".peers/flashmla-bench"].
 source "$(dirname "$0")/job-lib.sh"

@@ -7,13 +7,15 @@
 # same cycles (783-788k against 775-785k). Question: is the 8k loss the box path at run time or
 # the changed code (layout)? `rule` takes the boxes only for row tiles of at most 32 KV tiles, so
 # at 8k it runs main's row copies from the patch's code.
-# Built here first, from the repository root (R):
+# Built here first, from the repository root (R); the second sed puts the patch's code back for
+# the timeline probe:
 #   R=$PWD; git worktree add --detach /tmp/ob HEAD && cd /tmp/ob && git apply $R/tools/prepared/s64-oboxes.patch &&
 #     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON && ninja -C build kestrel-tests kestrel-bench &&
 #     mkdir -p $R/.gpu-var/new $R/.gpu-var/rule $R/.gpu-var/obtl &&
 #     cp build/kestrel-tests build/kestrel-bench $R/.gpu-var/new/ &&
 #     sed -i 's/tp.rows_here == kRows;/tp.rows_here == kRows \&\& tp.ntiles <= 32;/' src/ops/cuda/mla_attention_seesaw64.cu &&
-#     ninja -C build kestrel-bench && cp build/kestrel-bench $R/.gpu-var/rule/ && git checkout src &&
+#     ninja -C build kestrel-bench && cp build/kestrel-bench $R/.gpu-var/rule/ &&
+#     sed -i 's/ \&\& tp.ntiles <= 32;/;/' src/ops/cuda/mla_attention_seesaw64.cu &&
 #     git apply $R/tools/prepared/s64-oboxes-timeline.patch && ninja -C build kestrel-bench &&
 #     cp build/kestrel-bench $R/.gpu-var/obtl/ && strip $R/.gpu-var/*/kestrel-* && cd $R
 #   mkdir -p .gpu-var/main && cp build/kestrel-bench build/kestrel-tests .gpu-var/main/   (main's, built as usual)
