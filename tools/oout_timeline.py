@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """v4's staged epilogue ("o out") split into its steps, from the probe tools/prepared/s64-oout-probe.patch.
 
-The probe is the timeline probe (tools/cta_timeline.py's TL2 lines) plus a TL3 line per item: in
+The probe (applied after tools/prepared/s64-cta-timeline.patch, whose TL2 lines tools/cta_timeline.py
+reads) adds a TL3 line per item: in
 thread 0 of each consumer warpgroup, %globaltimer after o's staging stores (and the fence), after
 the warpgroup's barrier, after its row copies were issued and after its wait for them to be read;
 and the read-wait end of threads 32 and 63 (the last rows' copies). This prints, for the last
@@ -9,33 +10,34 @@ launch, the medians of each step over the CTAs' first items and over the later o
 
   tools/oout_timeline.py tl.txt
 """
+import os
 import statistics as st
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cta_timeline import launches  # noqa: E402  (the TL2 rows: the same probe, the same reader)
 
-def last_launch(path):
-    out, cur = [], None
+
+def last_tl3(path):
+    """The TL3 rows of the last launch that has any, by row."""
+    blocks = []
     for line in open(path):
         if line.startswith("TL2B"):
-            cur = {}
-            out.append(cur)
-        elif line.startswith("TL2 ") and cur is not None:
+            blocks.append({})
+        elif line.startswith("TL3 ") and blocks:
             v = list(map(int, line.split()[1:]))
-            cur.setdefault(v[0], {})["a"] = v
-        elif line.startswith("TL3 ") and cur is not None:
-            v = list(map(int, line.split()[1:]))
-            if v[0] in cur:
-                cur[v[0]]["b"] = v
-    return [c for c in out if c][-1]
+            blocks[-1][v[0]] = v[1:]
+    return [b for b in blocks if b][-1]
 
 
 def main():
-    items = last_launch(sys.argv[1])
+    tl3 = last_tl3(sys.argv[1])
     steps = {}
-    for row, d in items.items():
-        if "b" not in d:
+    for a in launches(sys.argv[1])[-1]:
+        row = a[0]
+        if row not in tl3:
             continue
-        a, b = d["a"], d["b"][1:]
+        b = tl3[row]
         for c in (0, 1):
             t5, t6 = a[2 + 7 * c + 5], a[2 + 7 * c + 6]  # after the L barrier; item end
             t7, t8, t9, t10 = b[5 * c:5 * c + 4]
