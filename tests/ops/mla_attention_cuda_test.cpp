@@ -364,6 +364,49 @@ TEST_F(MlaAttentionCuda, Seesaw64FlatScheduleMatchesV2) {
     }
 }
 
+// v4's o boxes by tensor copy need o's tokens H rows apart (o_s0 == H o_s1, 16-byte rows; the
+// rows may be padded apart); an o whose tokens are further apart goes row by row. Both give the
+// packed o's bits and leave the padding alone.
+TEST_F(MlaAttentionCuda, Seesaw64OBoxesOnlyForTokensHRowsApart) {
+  std::vector<int32_t> lens(140);
+  for (size_t b = 0; b < lens.size(); ++b) lens[b] = static_cast<int32_t>(1 + (b * 37) % 300);
+  Problem packed = make(64, DType::bf16, lens, 3101, 64);  // 140 row tiles of 64 rows: one split
+  poison_outputs(packed);
+  EXPECT_TRUE(launched(run(packed, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast), "+ o boxes by tensor copy"));
+  const std::vector<uint16_t> want = testing_util::download<uint16_t>(packed.o);
+  const int64_t Tq = packed.q_start.back(), H = packed.H;
+  struct Padding {
+    int64_t heads, cols;  // o is [Tq, heads, cols], viewed as [Tq, H, 512]
+    bool boxes;
+  };
+  for (const Padding pad : {Padding{H, kMlaNope + 64, true}, Padding{H + 1, kMlaNope, false}}) {
+    Problem p = make(64, DType::bf16, lens, 3101, 64);  // the same values
+    // NaN bf16 (0x7fc1) everywhere: every element of the view must be rewritten, the padding kept.
+    Tensor wide = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * pad.heads * pad.cols), 0x7fc1), {Tq, pad.heads, pad.cols},
+                         DType::bf16, Device::cuda);
+    MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast);
+    a.o = wide.view().slice(1, 0, H).slice(2, 0, kMlaNope);
+    std::vector<std::string> log;
+    cuda::set_launch_log(&log);
+    mla_attention(Backend::cuda, a);
+    device_sync();
+    cuda::set_launch_log(nullptr);
+    EXPECT_TRUE(launched(log, "seesaw64"));
+    EXPECT_EQ(launched(log, "+ o boxes by tensor copy"), pad.boxes) << "o as [" << pad.heads << ", " << pad.cols << "] a token";
+    const std::vector<uint16_t> got = testing_util::download<uint16_t>(wide);
+    for (int64_t tok = 0; tok < Tq; ++tok)
+      for (int64_t h = 0; h < pad.heads; ++h)
+        for (int64_t d = 0; d < pad.cols; ++d) {
+          const uint16_t x = got[static_cast<size_t>((tok * pad.heads + h) * pad.cols + d)];
+          if (h < H && d < kMlaNope) {
+            ASSERT_EQ(x, want[static_cast<size_t>((tok * H + h) * kMlaNope + d)]) << "token " << tok << " head " << h << " column " << d;
+          } else {
+            ASSERT_EQ(x, 0x7fc1) << "padding written: token " << tok << " head " << h << " column " << d;
+          }
+        }
+  }
+}
+
 // v4 past one wave (more CTAs than SMs, one split): a grid of one wave whose CTAs walk the batch,
 // each CTA's tile counts running on from one sequence to the next. Every sequence must get the
 // bits it gets in a batch of its own small enough for one CTA each (the batch cut into groups by
@@ -380,7 +423,9 @@ TEST_F(MlaAttentionCuda, Seesaw64WalksABatchPastOneWaveWithEachSequencesBits) {
   for (const int64_t page : {64, 32}) {
     Problem whole = make(page, DType::bf16, lens, 2908 + page, 64);
     poison_outputs(whole);
-    EXPECT_TRUE(launched(run(whole, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast), "seesaw64"));
+    // (each row tile whole, o's tokens H rows apart: o goes out as boxes by tensor copy)
+    EXPECT_TRUE(launched(run(whole, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast),
+                         "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P> + o boxes by tensor copy"));
     Problem groups = make(page, DType::bf16, lens, 2908 + page, 64);  // the same values
     poison_outputs(groups);
     // Groups of 100 sequences: 100 CTAs (H 64: one row tile a sequence), one wave and one split

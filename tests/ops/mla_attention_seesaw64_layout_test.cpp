@@ -259,6 +259,64 @@ TEST(MlaAttentionSeesaw64Layout, OStagingIsConflictFreeInItsHalfAndCopiedWhole) 
               return k == 0 ? s64::OStageCopy{512u * row, 0, 512} : s64::OStageCopy{0, 0, 0}; }), "");
 }
 
+// o's boxes (s64::o_box_*) as the kernel stores them: at(c, row, col) as in o_staging_problem.
+// Checks: each warp's 4-byte stores of one register pair hit 32 distinct banks; every (warpgroup,
+// row, column) has its own bytes inside half c; and the tensor copy of box k of warpgroup c (at
+// half c + k chunks: 64 rows x 128 bytes, the 128-byte swizzle as the PTX ISA's tensor-copy
+// swizzle modes define it: the 16-byte unit index of a 128-byte row XOR the row's index in its
+// 1,024-byte group) reads row r's columns 256 c + 64 k .. from where they were stored.
+std::string o_box_problem(const std::function<uint32_t(int, int, int)>& at) {
+  for (int c = 0; c < 2; ++c)
+    for (int w = 0; w < 4; ++w)
+      for (int i = 0; i < 128; i += 2) {
+        std::vector<int> seen(32, 0);
+        for (int lane = 0; lane < 32; ++lane) {
+          const int t = 32 * w + lane;
+          ++seen[(at(c, sm::frag_d_row(t, i), sm::frag_d_col(t, i)) / 4) % 32];
+        }
+        for (int b = 0; b < 32; ++b)
+          if (seen[b] != 1) return "bank " + std::to_string(b) + " hit " + std::to_string(seen[b]) + " times (warpgroup " +
+                                   std::to_string(c) + ", warp " + std::to_string(w) + ", register " + std::to_string(i) + ")";
+      }
+  std::vector<int> owner(s64::kStageBytes, 0);
+  for (int c = 0; c < 2; ++c)
+    for (int row = 0; row < 64; ++row)
+      for (int col = 0; col < 256; col += 2) {
+        const uint32_t a = at(c, row, col);
+        if (a % 4 != 0) return "a pair unaligned at row " + std::to_string(row);
+        if (a < c * s64::kOHalfBytes || a + 4 > (c + 1) * s64::kOHalfBytes)
+          return "warpgroup " + std::to_string(c) + " outside its half at row " + std::to_string(row);
+        for (int b = 0; b < 4; ++b)
+          if (owner[a + b]++ != 0) return "bytes shared at row " + std::to_string(row) + ", column " + std::to_string(col);
+        const int k = col / 64, g = 2 * (col % 64);  // box, byte in the box's row
+        const uint32_t copy_reads = s64::o_stage_half(c) + k * s64::kChunkBytes + row * 128 + (((g / 16) ^ (row % 8)) * 16) + g % 16;
+        if (copy_reads != a)
+          return "box " + std::to_string(k) + " of warpgroup " + std::to_string(c) + " reads row " + std::to_string(row) +
+                 ", column " + std::to_string(col) + " at " + std::to_string(copy_reads) + ", stored at " + std::to_string(a);
+      }
+  return "";
+}
+
+TEST(MlaAttentionSeesaw64Layout, OBoxesAreConflictFreeAndWhatTheTensorCopyReads) {
+  // The kernel's form: per (row, colw) one base, per 8-column unit k an XOR and a constant.
+  const auto kernel_at = [](int c, int row, int col) {
+    return s64::o_stage_half(c) + s64::o_box_at(s64::o_box_base(row, col % 8), col / 8);
+  };
+  EXPECT_EQ(o_box_problem(kernel_at), "");
+  EXPECT_EQ(o_box_problem([](int c, int row, int col) { return s64::o_stage_half(c) + s64::o_box_offset(row, col); }), "");
+  static_assert(s64::kOBoxes * s64::kAtomCols == sm::kDv / 2, "4 boxes cover a warpgroup's columns");
+  // The test can fail: no swizzle (the 8 rows in the same banks, and not what the copy reads); the
+  // XOR on the row's unit only (the base without row % 8); boxes 4 chunks apart (warpgroup 0 in
+  // half R); the rotation of the row copies in place of the boxes.
+  EXPECT_NE(o_box_problem([](int c, int row, int col) {
+              return s64::o_stage_half(c) + (col / 64) * s64::kChunkBytes + row * 128u + 2u * (col % 64); }), "");
+  EXPECT_NE(o_box_problem([](int c, int row, int col) {
+              return s64::o_stage_half(c) + s64::o_box_at(row * 128u + 2u * (col % 8), col / 8); }), "");
+  EXPECT_NE(o_box_problem([](int c, int row, int col) {
+              return s64::o_stage_half(c) + 4 * s64::kChunkBytes * (col / 64 > 0) + s64::o_box_offset(row, col % 64); }), "");
+  EXPECT_NE(o_box_problem(o_stage_at), "");
+}
+
 TEST(MlaAttentionSeesaw64Layout, PlantedBugsAreCaught) {
   const std::vector<std::pair<std::string, std::function<void(KernelSide&)>>> bugs = {
       {"V descriptor with v2's 32-key chunk stride",

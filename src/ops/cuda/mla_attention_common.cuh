@@ -215,6 +215,12 @@ bool encode_mla_bf16_cache_map(const MlaAttentionParams& p, int box_rows, CUtens
 // for other strides or when the driver offers no encoder or refuses the map.
 bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map);
 
+// A tensor map over a bf16 o as [Tq * H][512] rows (its tokens H rows apart: o_s0 == H * o_s1,
+// o_vec), boxes of 64 columns x 64 rows, 128-byte swizzle (v4's staged o boxes: a whole row
+// tile's o by tensor copy); false for other strides or when the driver offers no encoder or
+// refuses the map.
+bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map);
+
 // The element offsets of query row r of sequence s in the outputs: o's row (bf16) and lse's
 // element when the call has one split, else the split's partial row in ws_o (f32, 512 values) and
 // its ws_lse element. The keys-as-M epilogues form them once per row (one lane each) and share

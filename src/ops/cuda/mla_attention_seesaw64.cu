@@ -641,11 +641,26 @@ __device__ __forceinline__ void pair_wg1(float (&o)[128], float (&sc)[32], const
   }
 }
 
+// Row `local` of the warpgroup's o (its registers of row half h) times `scale` as bf16 into its
+// half of the stage: in the 4 boxes of a tensor copy (s64::o_box_offset) or in the rotated rows
+// of the row copies (s64::o_stage_offset). Two loops, not one with both addresses.
+template <bool kBoxes>
+__device__ __forceinline__ void stage_o_row(uint8_t* o_stage, const float (&o)[128], int h, int local, int colw, float scale) {
+  const uint32_t box_base = s64::o_box_base(local, colw);
+#pragma unroll
+  for (int k = 0; k < 32; ++k) {
+    const int i = 4 * k + 2 * h, d = colw + frag_d_col(0, i);  // d = colw + 8 k
+    const uint32_t at = kBoxes ? s64::o_box_at(box_base, k) : s64::o_stage_offset(local, 2u * d);
+    *reinterpret_cast<uint32_t*>(o_stage + at) = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
+  }
+}
+
 // One item (sequence b's plan s, workspace slot `split`). q_tma: Q by tensor copy (producer_q),
 // q_waits the uses of Q's barrier so far; else Q through registers (load_q) at the row tile's start.
 template <bool kQFp8>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                         uint8_t* base_ptr, int c, int t, uint32_t& ti_run, bool q_tma, uint32_t& q_waits) {
+                                         uint8_t* base_ptr, int c, int t, uint32_t& ti_run, bool q_tma, uint32_t& q_waits,
+                                         const CUtensorMap* o_map) {
   const int tq = t % 4, row0 = frag_d_row(t, 0);
   float* l_s = reinterpret_cast<float*>(base_ptr + s64::kOffL);
   Ctx x{};
@@ -753,20 +768,35 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       const uint32_t stage = stage_of(x, x.ti_held) + s64::o_stage_half(c);
       uint8_t* const o_stage = base_ptr + (stage - base);
       const int colw = frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);  // column in the warpgroup's 256
+      // A whole row tile goes out as the warpgroup's 4 boxes by tensor copy (s64::o_box_offset),
+      // others row by row.
+      const bool boxes = o_map != nullptr && tp.rows_here == kRows;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int local = row0 + 8 * h;
         if (local >= tp.rows_here) continue;
         const auto [scale, lse2] = mla_row_end(s.bad_len, m[h], l[h], p.out_scale);
-#pragma unroll
-        for (int k = 0; k < 32; ++k) {
-          const int i = 4 * k + 2 * h, d = colw + frag_d_col(0, i);
-          *reinterpret_cast<uint32_t*>(o_stage + s64::o_stage_offset(local, 2u * d)) = pack_bf16x2(o[i] * scale, o[i + 1] * scale);
+        if (boxes) {
+          stage_o_row<true>(o_stage, o, h, local, colw, scale);
+        } else {
+          stage_o_row<false>(o_stage, o, h, local, colw, scale);
         }
         if (p.lse && c == 0 && tq == 0) p.lse[mla_row_offsets(p, s, split, tp.r0 + local).lse] = lse2 * kLn2;
       }
       fence_proxy_async();  // the staged rows (generic stores) before the bulk copies (async proxy) read them
       named_bar_sync(kBarO + c, 128);
+      if (boxes) {
+        // One thread copies the boxes and, once they are read, gives the half back for the 4 warps.
+        if (t == 0) {
+#pragma unroll
+          for (int k = 0; k < s64::kOBoxes; ++k)
+            sm90::tma_store_2d(o_map, stage + k * s64::kChunkBytes, c * (s64::kDv / 2) + k * s64::kAtomCols, s.qb * p.H + tp.r0);
+          sm90::bulk_commit_group();
+          sm90::bulk_wait_group_read0();  // read: the stage may be refilled
+          sm90::mbar_arrive_count(base + s64::empty_bar(static_cast<int>(x.ti_held % s64::kStages), c == 0 ? kHalfL : kHalfR), 4);
+        }
+        continue;
+      }
       if (t < tp.rows_here) {
         const MlaRowOffsets off = mla_row_offsets(p, s, split, tp.r0 + t);
 #pragma unroll
@@ -846,7 +876,7 @@ template <bool kQFp8>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_seesaw64_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_tile,
                                   const __grid_constant__ CUtensorMap map_row, const __grid_constant__ CUtensorMap map_q,
-                                  int tile_rows, int batch, int q_tma) {
+                                  const __grid_constant__ CUtensorMap map_o, int tile_rows, int batch, int q_tma, int o_tma) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = smem_u32(smem_raw);
   if ((base & 1023u) != 0) __trap();  // the budget has no alignment slack (tools/smem_base_probe.cu)
@@ -858,6 +888,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tile_rows > 0) sm90::prefetch_tensormap(&map_tile);
     sm90::prefetch_tensormap(&map_row);
     if (q_tma) sm90::prefetch_tensormap(&map_q);
+    if (o_tma) sm90::prefetch_tensormap(&map_o);
     mbar_init(base + s64::kOffBarQ, 1);      // the issuing producer lane (+ tx bytes)
     *reinterpret_cast<uint32_t*>(smem_raw + s64::kOffQFreed) = 0u;  // (row tiles whose Q's region was freed)
     for (int st = 0; st < s64::kStages; ++st) {
@@ -893,8 +924,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::setmaxnreg_inc<kConsumerRegs>();
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
     uint32_t q_waits = 0;
+    const CUtensorMap* o_map = o_tma ? &map_o : nullptr;
     for_each_item(p, batch, split, [&](int, const SeqPlan& s, int slot) {
-      consumer<kQFp8>(p, s, slot, base, base_ptr, c, tid % 128, ti, q_tma != 0, q_waits);
+      consumer<kQFp8>(p, s, slot, base, base_ptr, c, tid % 128, ti, q_tma != 0, q_waits, o_map);
     });
     sm90::bulk_wait_group_read0();  // o's staging is read before the CTA's shared memory goes
   }
@@ -902,21 +934,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <bool kQFp8>
 void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_tile, const CUtensorMap& map_row,
-            const CUtensorMap& map_q, bool q_tma, int tile_rows, int batch, cudaStream_t s) {
+            const CUtensorMap& map_q, bool q_tma, const CUtensorMap& map_o, bool o_tma, int tile_rows, int batch, cudaStream_t s) {
   static const char tag = 0;
   once_per_device(&tag, [] {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_seesaw64_kernel<kQFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(s64::kSmemBytes)));
   });
   mla_attention_seesaw64_kernel<kQFp8>
-      <<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, map_q, tile_rows, batch, q_tma ? 1 : 0);
-  // (the schedule in the name, so that tests can tell which ran)
-  if (p.flat_run > 0)
-    KESTREL_LAUNCHED(kQFp8 ? "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P> flat runs"
-                           : "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P> flat runs");
-  else
-    KESTREL_LAUNCHED(kQFp8 ? "mla_attention_seesaw64_kernel<bf16 cache, fp8 q, fast P>"
-                           : "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>");
+      <<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, map_q, map_o, tile_rows, batch, q_tma ? 1 : 0, o_tma ? 1 : 0);
+  // (the schedule and o's tensor copy in the name, so that tests can tell which ran)
+#define KESTREL_S64_NAME(q) "mla_attention_seesaw64_kernel<bf16 cache, " q " q, fast P>"
+  static constexpr const char* kNames[2][2] = {
+      {KESTREL_S64_NAME("bf16"), KESTREL_S64_NAME("bf16") " flat runs"},
+      {KESTREL_S64_NAME("fp8"), KESTREL_S64_NAME("fp8") " flat runs"}};
+  static constexpr const char* kOBoxNames[2][2] = {
+      {KESTREL_S64_NAME("bf16") " + o boxes by tensor copy", KESTREL_S64_NAME("bf16") " flat runs + o boxes by tensor copy"},
+      {KESTREL_S64_NAME("fp8") " + o boxes by tensor copy", KESTREL_S64_NAME("fp8") " flat runs + o boxes by tensor copy"}};
+#undef KESTREL_S64_NAME
+  KESTREL_LAUNCHED((o_tma ? kOBoxNames : kNames)[kQFp8][p.flat_run > 0]);
 }
 
 }  // namespace
@@ -939,10 +974,14 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, int b
   // widened in registers; other strides) through registers.
   CUtensorMap map_q{};
   const bool q_tma = !fp8_q && encode_mla_q_map(p, &map_q);
+  // An o whose tokens are H rows apart goes out by tensor copy where a row tile is whole (one
+  // thread, 4 boxes a warpgroup, against 128 row copies; others row by row).
+  CUtensorMap map_o{};
+  const bool o_tma = encode_mla_o_map(p, &map_o);
   if (fp8_q) {
-    launch<true>(p, grid, map_tile, map_row, map_q, false, tile_rows, batch, s);
+    launch<true>(p, grid, map_tile, map_row, map_q, false, map_o, o_tma, tile_rows, batch, s);
   } else {
-    launch<false>(p, grid, map_tile, map_row, map_q, q_tma, tile_rows, batch, s);
+    launch<false>(p, grid, map_tile, map_row, map_q, q_tma, map_o, o_tma, tile_rows, batch, s);
   }
   return true;
 }

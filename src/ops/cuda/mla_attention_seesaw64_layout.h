@@ -109,6 +109,29 @@ KESTREL_SM90_HD OStageCopy o_stage_copy(int row, int k) {
   return k == 0 ? OStageCopy{at + rot, 0, kORowBytes - rot} : OStageCopy{at, kORowBytes - rot, rot};
 }
 
+// o of a whole row tile (64 rows) by tensor copy (o's rows contiguous: o_s0 == H o_s1; a tensor map
+// of [Tq * H rows][512] with 64 x 64 boxes and the 128-byte swizzle): warpgroup c's 256 columns
+// staged in the same half as four boxes, box k (columns 64 k ..) in chunk k of the half, each in
+// the tensor map's swizzled layout (Q's: sm90::sw128_offset), so that one thread issues 4 copies
+// where the rows take 128 (o_stage_copy), and a warp's 4-byte stores, 8 rows x 4 column pairs,
+// fall in 32 banks (the swizzle spreads the 8 rows over the 8 16-byte units). Byte offset of
+// columns col, col + 1 (col < 256, even) of row r from the start of the warpgroup's half.
+constexpr int kOBoxes = kDv / 2 / kAtomCols;  // 4 per warpgroup
+KESTREL_SM90_HD uint32_t o_box_offset(int row, int col) { return sm90::sw128_offset(kRows, row, col); }
+// The same as the kernel forms it (one base a row, then an XOR and a constant a store, not the
+// swizzle's arithmetic for each of 64 stores with o's 128 registers live, which spilled): a
+// thread's columns are colw + 8 k (colw = 0, 2, 4, 6: the fragment's column in a unit), the 16-
+// byte unit k % 8 of box k / 8 swizzled by row % 8; the three terms of the base and the unit
+// occupy disjoint address bits, so the XOR applies the swizzle. Equal to o_box_offset(row, colw +
+// 8 k) (tests/ops/mla_attention_seesaw64_layout_test.cpp).
+KESTREL_SM90_HD uint32_t o_box_base(int row, int colw) {
+  return static_cast<uint32_t>(row * 128 + (row % 8) * 16 + colw * 2);
+}
+KESTREL_SM90_HD uint32_t o_box_at(uint32_t base, int k) {
+  return (base ^ static_cast<uint32_t>((k % 8) * 16)) + static_cast<uint32_t>((k / 8) * kChunkBytes);
+}
+static_assert(kOBoxes * kChunkBytes == kOHalfBytes, "a warpgroup's boxes fill its half");
+
 // P of a tile through shared memory (P0, P1): [64 rows][64 keys] bf16 in one swizzled chunk,
 // Q's layout, read as PV's A (K-major) by the other warpgroup: k-step ks is Q's k-step ks. The
 // writer stores each register pair (adjacent keys) of its score fragment as 4 bytes.

@@ -1106,6 +1106,19 @@ bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map) {
+  // o_vec: o_s2 == 1, a 16-byte aligned base and row strides; the box origin is an int.
+  if (!p.o_vec || p.o_s0 != static_cast<int64_t>(p.H) * p.o_s1 || p.Tq * p.H > INT32_MAX) return false;
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDv), static_cast<cuuint64_t>(p.Tq * p.H)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.o_s1) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kRows)};
+  const cuuint32_t unit[2] = {1u, 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.o, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 namespace {
 
 // The kernel's name in the launch log (tests read it to prove the path taken): the cache and

@@ -444,6 +444,12 @@ void add_mla_attention_cases(Registry& r, Size size) {
   AttnShape walk16 = {"decode", 16, 64, std::vector<int64_t>(140, 1), {}, Size::ci, false};
   for (int64_t b = 0; b < 140; ++b) walk16.seq_lens.push_back(1 + (b * 7) % 40);
   add_case(r, walk16, bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp);
+  // Its o boxes (a whole 64-row tile's o by tensor copy, o's tokens H rows apart): 140 sequences
+  // at H 96 walk the batch in one split, the first 64 rows of each sequence a whole tile (boxes),
+  // the last 32 row by row; strided, o's inner stride takes neither. Seeded last.
+  AttnShape boxes96 = {"decode", 96, 64, std::vector<int64_t>(140, 1), {}, Size::ci, false};
+  for (int64_t b = 0; b < 140; ++b) boxes96.seq_lens.push_back(1 + (b * 29) % 200);
+  for (Variant var : {Variant::plain, Variant::strided}) add_case(r, boxes96, bf16, var, ++plan_seed, bf16, seesaw64, fastp);
 }
 
 }  // namespace kestrel::matrix
