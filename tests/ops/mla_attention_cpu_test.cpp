@@ -357,6 +357,17 @@ TEST(MlaAttentionRule, CombinePartsSpreadFewRows) {
   EXPECT_FALSE(mla_attention_q_by_tensor_copy(8192, 1));   // B = 128 at 8k keys: one split
 }
 
+TEST(MlaAttentionRule, Seesaw64OBoxesForShortSplits) {
+  EXPECT_TRUE(mla_attention_seesaw64_o_boxes(1024, 1));   // B 128 at 1k keys (measured 1.02-1.05x)
+  EXPECT_TRUE(mla_attention_seesaw64_o_boxes(2048, 1));   // the bound
+  EXPECT_FALSE(mla_attention_seesaw64_o_boxes(2049, 1));
+  EXPECT_FALSE(mla_attention_seesaw64_o_boxes(4096, 1));  // neutral there
+  EXPECT_FALSE(mla_attention_seesaw64_o_boxes(8192, 1));  // B 128 at 8k keys (0.98x)
+  EXPECT_TRUE(mla_attention_seesaw64_o_boxes(8192, 4));   // keys a split
+  EXPECT_FALSE(mla_attention_seesaw64_o_boxes(8193, 4));
+  EXPECT_FALSE(mla_attention_seesaw64_o_boxes(1024, 0));  // no plan
+}
+
 TEST(MlaAttentionCpu, OneKeyGivesItsValueAndScore) {
   Problem p = make(3, 1, 1, 1);
   mla_attention(Backend::cpu, p.args(false, 1.0f));

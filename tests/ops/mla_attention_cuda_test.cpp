@@ -584,6 +584,32 @@ TEST_F(MlaAttentionCuda, KeysMPageSizeDoesNotChangeTheBits) {
   }
 }
 
+// v4's o boxes are its own kernel, taken for splits of at most kMlaAttentionSeesaw64OBoxMaxKeys
+// keys of the planning length (mla_attention_seesaw64_o_boxes): the same sequences under a block
+// table of that many keys take it, under a wider one the row copies' kernel, with the same bits
+// (140 row tiles of 64 rows on one split either way; outputs poisoned first).
+TEST_F(MlaAttentionCuda, Seesaw64OBoxesOnlyForShortSplits) {
+  std::vector<int32_t> lens(140);
+  for (size_t b = 0; b < lens.size(); ++b) lens[b] = static_cast<int32_t>(1 + (b * 53) % 900);
+  Problem short_plan = make_paged(64, DType::bf16, lens, kMlaAttentionSeesaw64OBoxMaxKeys, 3301, 64);
+  Problem long_plan = make_paged(64, DType::bf16, lens, 2 * kMlaAttentionSeesaw64OBoxMaxKeys, 3301, 64);
+  poison_outputs(short_plan);
+  poison_outputs(long_plan);
+  const auto short_log = run(short_plan, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast);
+  const auto long_log = run(long_plan, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast);
+  EXPECT_TRUE(launched(short_log, "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P> + o boxes by tensor copy"));
+  EXPECT_TRUE(launched(long_log, "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>"));
+  EXPECT_FALSE(launched(long_log, "o boxes"));
+  EXPECT_FALSE(launched(short_log, "combine"));  // one split: each sequence's o written by its CTA
+  EXPECT_FALSE(launched(long_log, "combine"));
+  const std::vector<uint16_t> o = testing_util::download<uint16_t>(short_plan.o);
+  EXPECT_EQ(o, testing_util::download<uint16_t>(long_plan.o));
+  EXPECT_EQ(testing_util::download<float>(short_plan.lse), testing_util::download<float>(long_plan.lse));
+  size_t finite = 0;
+  for (uint16_t x : o) finite += std::isfinite(bf16_to_f32(x)) && x != 0;
+  EXPECT_GT(finite, o.size() / 2) << "the outputs are mostly finite, non-zero values";
+}
+
 // The warp-per-row combine (many rows, at most 4 splits) gives the bits of the CTA-per-row one:
 // 40 sequences of up to 2000 keys at H = 32 (1280 rows; 3 splits of a 2048-key capacity), the
 // keys-as-M kernel with an fp8 cache and the WGMMA one with bf16, lengths such that some splits

@@ -657,7 +657,9 @@ __device__ __forceinline__ void stage_o_row(uint8_t* o_stage, const float (&o)[1
 
 // One item (sequence b's plan s, workspace slot `split`). q_tma: Q by tensor copy (producer_q),
 // q_waits the uses of Q's barrier so far; else Q through registers (load_q) at the row tile's start.
-template <bool kQFp8>
+// kOBoxes: o_map is o's tensor map, and a whole row tile's o goes out as boxes (the instantiation
+// where mla_attention_seesaw64_o_boxes holds; the other keeps the row copies' code alone).
+template <bool kQFp8, bool kOBoxes>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t, uint32_t& ti_run, bool q_tma, uint32_t& q_waits,
                                          const CUtensorMap* o_map) {
@@ -770,13 +772,13 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       const int colw = frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);  // column in the warpgroup's 256
       // A whole row tile goes out as the warpgroup's 4 boxes by tensor copy (s64::o_box_offset),
       // others row by row.
-      const bool boxes = o_map != nullptr && tp.rows_here == kRows;
+      const bool boxes = kOBoxes && tp.rows_here == kRows;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int local = row0 + 8 * h;
         if (local >= tp.rows_here) continue;
         const auto [scale, lse2] = mla_row_end(s.bad_len, m[h], l[h], p.out_scale);
-        if (boxes) {
+        if (kOBoxes && boxes) {
           stage_o_row<true>(o_stage, o, h, local, colw, scale);
         } else {
           stage_o_row<false>(o_stage, o, h, local, colw, scale);
@@ -785,7 +787,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       }
       fence_proxy_async();  // the staged rows (generic stores) before the bulk copies (async proxy) read them
       named_bar_sync(kBarO + c, 128);
-      if (boxes) {
+      if (kOBoxes && boxes) {
         // One thread copies the boxes and, once they are read, gives the half back for the 4 warps.
         if (t == 0) {
 #pragma unroll
@@ -872,11 +874,11 @@ __device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int b
   }
 }
 
-template <bool kQFp8>
+template <bool kQFp8, bool kOBoxes>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_seesaw64_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_tile,
                                   const __grid_constant__ CUtensorMap map_row, const __grid_constant__ CUtensorMap map_q,
-                                  const __grid_constant__ CUtensorMap map_o, int tile_rows, int batch, int q_tma, int o_tma) {
+                                  const __grid_constant__ CUtensorMap map_o, int tile_rows, int batch, int q_tma) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t base = smem_u32(smem_raw);
   if ((base & 1023u) != 0) __trap();  // the budget has no alignment slack (tools/smem_base_probe.cu)
@@ -888,7 +890,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tile_rows > 0) sm90::prefetch_tensormap(&map_tile);
     sm90::prefetch_tensormap(&map_row);
     if (q_tma) sm90::prefetch_tensormap(&map_q);
-    if (o_tma) sm90::prefetch_tensormap(&map_o);
+    if (kOBoxes) sm90::prefetch_tensormap(&map_o);
     mbar_init(base + s64::kOffBarQ, 1);      // the issuing producer lane (+ tx bytes)
     *reinterpret_cast<uint32_t*>(smem_raw + s64::kOffQFreed) = 0u;  // (row tiles whose Q's region was freed)
     for (int st = 0; st < s64::kStages; ++st) {
@@ -924,24 +926,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90::setmaxnreg_inc<kConsumerRegs>();
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
     uint32_t q_waits = 0;
-    const CUtensorMap* o_map = o_tma ? &map_o : nullptr;
     for_each_item(p, batch, split, [&](int, const SeqPlan& s, int slot) {
-      consumer<kQFp8>(p, s, slot, base, base_ptr, c, tid % 128, ti, q_tma != 0, q_waits, o_map);
+      consumer<kQFp8, kOBoxes>(p, s, slot, base, base_ptr, c, tid % 128, ti, q_tma != 0, q_waits, &map_o);
     });
     sm90::bulk_wait_group_read0();  // o's staging is read before the CTA's shared memory goes
   }
 }
 
-template <bool kQFp8>
+template <bool kQFp8, bool kOBoxes>
 void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_tile, const CUtensorMap& map_row,
-            const CUtensorMap& map_q, bool q_tma, const CUtensorMap& map_o, bool o_tma, int tile_rows, int batch, cudaStream_t s) {
+            const CUtensorMap& map_q, bool q_tma, const CUtensorMap& map_o, int tile_rows, int batch, cudaStream_t s) {
   static const char tag = 0;
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_seesaw64_kernel<kQFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(s64::kSmemBytes)));
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_seesaw64_kernel<kQFp8, kOBoxes>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(s64::kSmemBytes)));
   });
-  mla_attention_seesaw64_kernel<kQFp8>
-      <<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, map_q, map_o, tile_rows, batch, q_tma ? 1 : 0, o_tma ? 1 : 0);
+  mla_attention_seesaw64_kernel<kQFp8, kOBoxes>
+      <<<grid, kThreads, s64::kSmemBytes, s>>>(p, map_tile, map_row, map_q, map_o, tile_rows, batch, q_tma ? 1 : 0);
   // (the schedule and o's tensor copy in the name, so that tests can tell which ran)
 #define KESTREL_S64_NAME(q) "mla_attention_seesaw64_kernel<bf16 cache, " q " q, fast P>"
   static constexpr const char* kNames[2][2] = {
@@ -951,7 +952,7 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_tile,
       {KESTREL_S64_NAME("bf16") " + o boxes by tensor copy", KESTREL_S64_NAME("bf16") " flat runs + o boxes by tensor copy"},
       {KESTREL_S64_NAME("fp8") " + o boxes by tensor copy", KESTREL_S64_NAME("fp8") " flat runs + o boxes by tensor copy"}};
 #undef KESTREL_S64_NAME
-  KESTREL_LAUNCHED((o_tma ? kOBoxNames : kNames)[kQFp8][p.flat_run > 0]);
+  KESTREL_LAUNCHED((kOBoxes ? kOBoxNames : kNames)[kQFp8][p.flat_run > 0]);
 }
 
 }  // namespace
@@ -975,13 +976,19 @@ bool launch_mla_attention_seesaw64(const MlaAttentionParams& p, dim3 grid, int b
   CUtensorMap map_q{};
   const bool q_tma = !fp8_q && encode_mla_q_map(p, &map_q);
   // An o whose tokens are H rows apart goes out by tensor copy where a row tile is whole (one
-  // thread, 4 boxes a warpgroup, against 128 row copies; others row by row).
+  // thread, 4 boxes a warpgroup, against 128 row copies; others row by row), for short splits
+  // (mla_attention_seesaw64_o_boxes; that kernel is its own instantiation).
   CUtensorMap map_o{};
-  const bool o_tma = encode_mla_o_map(p, &map_o);
-  if (fp8_q) {
-    launch<true>(p, grid, map_tile, map_row, map_q, false, map_o, o_tma, tile_rows, batch, s);
+  const int64_t kv_plan = static_cast<int64_t>(p.max_pages) * p.page_size;
+  const bool o_tma = mla_attention_seesaw64_o_boxes(kv_plan, p.splits) && encode_mla_o_map(p, &map_o);
+  if (fp8_q && o_tma) {
+    launch<true, true>(p, grid, map_tile, map_row, map_q, q_tma, map_o, tile_rows, batch, s);
+  } else if (fp8_q) {
+    launch<true, false>(p, grid, map_tile, map_row, map_q, q_tma, map_o, tile_rows, batch, s);
+  } else if (o_tma) {
+    launch<false, true>(p, grid, map_tile, map_row, map_q, q_tma, map_o, tile_rows, batch, s);
   } else {
-    launch<false>(p, grid, map_tile, map_row, map_q, q_tma, map_o, o_tma, tile_rows, batch, s);
+    launch<false, false>(p, grid, map_tile, map_row, map_q, q_tma, map_o, tile_rows, batch, s);
   }
   return true;
 }
