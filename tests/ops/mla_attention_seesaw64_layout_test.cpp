@@ -189,14 +189,9 @@ TEST(MlaAttentionSeesaw64Layout, PStoresAndChunk8LoadsAreConflictFree) {
   }
 }
 
-// o's staging (s64::o_stage_*) as the kernel uses it: at(c, row, col) is where warpgroup c stores
-// the bf16 pair of columns col, col + 1 of o's row `row`, from the start of the stage, and
-// copy(row, k) the row's two bulk copies. Checks: each warp's 4-byte stores of one register pair
-// hit 32 distinct banks; every (warpgroup, row, column) has its own bytes inside half c of the
-// stage (half L: chunks 0-3; warpgroup 1 in chunks 4-7); each row's two copies, all sizes and
-// addresses multiples of 16, write every byte of the row once, from where it was stored.
-std::string o_staging_problem(const std::function<uint32_t(int, int, int)>& at,
-                              const std::function<s64::OStageCopy(int, int)>& copy) {
+// Whether each warp's 4-byte stores of one register pair of o, at at(c, row, col), hit 32
+// distinct banks (the staged epilogue's stores, row copies' or boxes' layout alike).
+std::string o_store_bank_problem(const std::function<uint32_t(int, int, int)>& at) {
   for (int c = 0; c < 2; ++c)
     for (int w = 0; w < 4; ++w)
       for (int i = 0; i < 128; i += 2) {
@@ -209,6 +204,18 @@ std::string o_staging_problem(const std::function<uint32_t(int, int, int)>& at,
           if (seen[b] != 1) return "bank " + std::to_string(b) + " hit " + std::to_string(seen[b]) + " times (warpgroup " +
                                    std::to_string(c) + ", warp " + std::to_string(w) + ", register " + std::to_string(i) + ")";
       }
+  return "";
+}
+
+// o's staging (s64::o_stage_*) as the kernel uses it: at(c, row, col) is where warpgroup c stores
+// the bf16 pair of columns col, col + 1 of o's row `row`, from the start of the stage, and
+// copy(row, k) the row's two bulk copies. Checks: each warp's 4-byte stores of one register pair
+// hit 32 distinct banks; every (warpgroup, row, column) has its own bytes inside half c of the
+// stage (half L: chunks 0-3; warpgroup 1 in chunks 4-7); each row's two copies, all sizes and
+// addresses multiples of 16, write every byte of the row once, from where it was stored.
+std::string o_staging_problem(const std::function<uint32_t(int, int, int)>& at,
+                              const std::function<s64::OStageCopy(int, int)>& copy) {
+  if (std::string bad = o_store_bank_problem(at); !bad.empty()) return bad;
   std::vector<int> owner(s64::kStageBytes, 0);
   for (int c = 0; c < 2; ++c)
     for (int row = 0; row < 64; ++row) {
@@ -266,18 +273,7 @@ TEST(MlaAttentionSeesaw64Layout, OStagingIsConflictFreeInItsHalfAndCopiedWhole) 
 // swizzle modes define it: the 16-byte unit index of a 128-byte row XOR the row's index in its
 // 1,024-byte group) reads row r's columns 256 c + 64 k .. from where they were stored.
 std::string o_box_problem(const std::function<uint32_t(int, int, int)>& at) {
-  for (int c = 0; c < 2; ++c)
-    for (int w = 0; w < 4; ++w)
-      for (int i = 0; i < 128; i += 2) {
-        std::vector<int> seen(32, 0);
-        for (int lane = 0; lane < 32; ++lane) {
-          const int t = 32 * w + lane;
-          ++seen[(at(c, sm::frag_d_row(t, i), sm::frag_d_col(t, i)) / 4) % 32];
-        }
-        for (int b = 0; b < 32; ++b)
-          if (seen[b] != 1) return "bank " + std::to_string(b) + " hit " + std::to_string(seen[b]) + " times (warpgroup " +
-                                   std::to_string(c) + ", warp " + std::to_string(w) + ", register " + std::to_string(i) + ")";
-      }
+  if (std::string bad = o_store_bank_problem(at); !bad.empty()) return bad;
   std::vector<int> owner(s64::kStageBytes, 0);
   for (int c = 0; c < 2; ++c)
     for (int row = 0; row < 64; ++row)
