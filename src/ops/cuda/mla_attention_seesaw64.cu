@@ -23,6 +23,10 @@
 // by tensor copy under the epilogue (as FlashMLA's): H100 short runs 1.02-1.05x at 1k keys and
 // 1.00x at 8k (decode H 128 B128 8k at FlashMLA's 517 us); under the power cap 1.00x (verify 8
 // H 96 8k 0.994x).
+// Thirty-eighth session: a whole row tile's o out as 4 boxes a warpgroup by tensor copy (one
+// thread) instead of 128 row copies, in a kernel of its own (kOBoxes) for splits of at most 2048
+// keys: H100 1.035-1.054x at 1k keys (verify 8 1k 1.067x under the power cap); the row copies'
+// kernel keeps the code that runs 4k-32k (with the boxes' code in it, 8k lost 1.6-2%).
 // The history below is the draft's.
 // Measured (H200, twenty-fifth session; docs/perf.md): correct at its first run (the -s64 matrix
 // cases, CI and full sizes), but 0.87-0.93x of v2: B128 8k H 128 635-657 us (v2 560), H 96 663
