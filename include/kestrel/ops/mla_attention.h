@@ -175,10 +175,11 @@ int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t 
 // Whether v4 sends a whole 64-row tile's o out as 4 boxes a warpgroup by tensor copy (one
 // thread) rather than as 128 row copies (where o's tokens are H rows apart and a split writes o
 // itself): where a split streams at most kMlaAttentionSeesaw64OBoxMaxKeys keys of the planning
-// length, the kernel that has them (its own instantiation). Measured (H100, thirty-seventh and
-// thirty-eighth sessions, docs/perf.md): 1.02-1.04x at 1k keys (verify 4 H 96, verify 8 H 128,
-// B 128), 1.05x there under the power cap, neutral at 4k, and 0.98x at 8k (decode B 128 H 128),
-// also when the same code took the row copies there (a layout cost, not the boxes').
+// length, the kernel that has them (its own instantiation). Measured (H100, thirty-eighth session,
+// docs/perf.md): 1.035-1.054x at 1k keys (B 128: decode and verify 2 / 8 at H 128, verify 4 at
+// H 96; verify 8 1.067x under the power cap). With the boxes' code in the one kernel, 4k was
+// neutral and 8k lost 1.6-2% (decode B 128 H 128), even where the row copies ran, so the long
+// splits keep a kernel without it.
 inline constexpr int64_t kMlaAttentionSeesaw64OBoxMaxKeys = 2048;
 constexpr bool mla_attention_seesaw64_o_boxes(int64_t kv_len, int64_t splits) {
   return splits >= 1 && (kv_len + splits - 1) / splits <= kMlaAttentionSeesaw64OBoxMaxKeys;
