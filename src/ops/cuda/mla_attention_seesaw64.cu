@@ -775,14 +775,14 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       uint8_t* const o_stage = base_ptr + (stage - base);
       const int colw = frag_d_col(static_cast<int>(opaque(static_cast<uint32_t>(t))), 0);  // column in the warpgroup's 256
       // A whole row tile goes out as the warpgroup's 4 boxes by tensor copy (s64::o_box_offset),
-      // others row by row.
+      // others row by row (kOBoxes false: a constant, the boxes' code compiled out).
       const bool boxes = kOBoxes && tp.rows_here == kRows;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int local = row0 + 8 * h;
         if (local >= tp.rows_here) continue;
         const auto [scale, lse2] = mla_row_end(s.bad_len, m[h], l[h], p.out_scale);
-        if (kOBoxes && boxes) {
+        if (boxes) {
           stage_o_row<true>(o_stage, o, h, local, colw, scale);
         } else {
           stage_o_row<false>(o_stage, o, h, local, colw, scale);
@@ -791,7 +791,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       }
       fence_proxy_async();  // the staged rows (generic stores) before the bulk copies (async proxy) read them
       named_bar_sync(kBarO + c, 128);
-      if (kOBoxes && boxes) {
+      if (boxes) {
         // One thread copies the boxes and, once they are read, gives the half back for the 4 warps.
         if (t == 0) {
 #pragma unroll
