@@ -1091,32 +1091,32 @@ bool encode_q_map(const MlaAttentionParams& p, bool q_fp8, CUtensorMap* map) {
   return !q_fp8 && p.q_tensor && encode_mla_q_map(p, map);
 }
 
+// q's and o's tensor maps: `rows` bf16 rows of `cols` elements, `row_stride` elements apart,
+// boxes of 64 columns x 64 rows, 128-byte swizzle (Q's layout); false when the driver offers no
+// encoder or refuses the map.
+bool encode_bf16_row_boxes(void* base, int64_t cols, int64_t rows, int64_t row_stride, CUtensorMapL2promotion l2,
+                           CUtensorMap* map) {
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * 2};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kRows)};
+  const cuuint32_t unit[2] = {1u, 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 }  // namespace
 
 bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map) {
   if (!p.q_vec || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1) return false;
-  const auto encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.Tq * p.H)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.q_s1) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kRows)};
-  const cuuint32_t unit[2] = {1u, 1u};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p.q), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_bf16_row_boxes(const_cast<void*>(p.q), kDqk, p.Tq * p.H, p.q_s1, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, map);
 }
 
 bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map) {
   // o_vec: o_s2 == 1, a 16-byte aligned base and row strides; the box origin is an int.
   if (!p.o_vec || p.o_s0 != static_cast<int64_t>(p.H) * p.o_s1 || p.Tq * p.H > INT32_MAX) return false;
-  const auto encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDv), static_cast<cuuint64_t>(p.Tq * p.H)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.o_s1) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kRows)};
-  const cuuint32_t unit[2] = {1u, 1u};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, p.o, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_bf16_row_boxes(p.o, kDv, p.Tq * p.H, p.o_s1, CU_TENSOR_MAP_L2_PROMOTION_NONE, map);
 }
 
 namespace {
