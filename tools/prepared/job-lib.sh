@@ -1,6 +1,7 @@
 # Sourced by the prepared device jobs (tools/prepared/*-gpu.sh): strict mode, $OUT/z for the logs,
 # the clock t0, the card's name and limits, and step NAME LIMIT COMMAND... (runs COMMAND with a
-# time limit, its output to $OUT/z/NAME.log, and prints its status, seconds and last line).
+# time limit, its output to $OUT/z/NAME.log, and prints its status, seconds and last line), and
+# sustained (below).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/z"
@@ -13,4 +14,13 @@ step() {
   t1=$(date +%s)
   timeout "$limit" "$@" > "$OUT/z/$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t1 ))s $(tail -n 1 "$OUT/z/$name.log")"
+}
+# sustained NAME BENCH FILTER REPS: BENCH (a kestrel-bench) on the cases FILTER for REPS launches
+# under the power cap (scripts/gpu-sustained into $OUT/z/s), then its clock line and each case's
+# median and min; the large nvidia-smi sample file is dropped.
+sustained() {
+  local name=$1 bench=$2 filter=$3 reps=$4
+  scripts/gpu-sustained "$OUT/z/s" "$name" -- "$bench" --reps "$reps" --no-ceilings --filter "$filter" | tail -1
+  grep -E "^mla_attention" "$OUT/z/s/$name.log" | awk '{print "   ", $1, "median", $5, "min", $6}'
+  rm -f "$OUT/z/s/$name.smi"
 }

@@ -44,12 +44,9 @@ g=(); for s in $S; do g+=(--filter "$s-bf16-fastP"); done
 # 3. Under the power cap: verify 8 B128 1k H 128, the walk against dynamic items, twice.
 for r in 1 2; do
   for n in mla_attention mla_attention_s64dyn; do
-    scripts/gpu-sustained "$OUT/z/s" "$n-$r" -- .gpu-var/dcol/kestrel-bench --reps 6000 --no-ceilings \
-      --filter "$n/verify8-B128-ctx1024-H128-bf16-fastP" | tail -1
-    grep -E "^mla_attention" "$OUT/z/s/$n-$r.log" | awk '{print "   ", $1, "median", $5, "min", $6}'
+    sustained "$n-$r" .gpu-var/dcol/kestrel-bench "$n/verify8-B128-ctx1024-H128-bf16-fastP" 6000
   done
 done
-rm -f "$OUT"/z/s/*.smi
 step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 3 $T \
   --gtest_filter='MlaAttentionCuda.Seesaw64*:cuda/*mla_attention*_s64_dyn*' --gtest_brief=1
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)

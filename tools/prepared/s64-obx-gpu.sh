@@ -38,12 +38,9 @@ g=(); for s in $S; do g+=(--filter "$s-bf16-fastP"); done
 [ -x .peers/flashmla-bench ] && timeout 60 .peers/flashmla-bench --grid --reps 20 "${g[@]}" | grep fastP | awk '{print $1, $2}'
 for v in main obx; do
   for c in decode-B128-ctx8192-H128:8000 verify8-B128-ctx1024-H128:6000; do
-    scripts/gpu-sustained "$OUT/z/s" "$v-${c%%:*}" -- .gpu-var/$v/kestrel-bench --reps "${c##*:}" --no-ceilings \
-      --filter "mla_attention/${c%%:*}-bf16-fastP" | tail -1
-    grep -E "^mla_attention" "$OUT/z/s/$v-${c%%:*}.log" | awk '{print "   ", $1, "median", $5, "min", $6}'
+    sustained "$v-${c%%:*}" .gpu-var/$v/kestrel-bench "mla_attention/${c%%:*}-bf16-fastP" "${c##*:}"
   done
 done
-rm -f "$OUT"/z/s/*.smi
 step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 $T \
   --gtest_filter='MlaAttentionCuda.Seesaw64*:cuda/*mla_attention_decode_B140_H*' --gtest_brief=1
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
