@@ -1,7 +1,7 @@
 # Sourced by the prepared device jobs (tools/prepared/*-gpu.sh): strict mode, $OUT/z for the logs,
 # the clock t0, the card's name and limits, and step NAME LIMIT COMMAND... (runs COMMAND with a
 # time limit, its output to $OUT/z/NAME.log, and prints its status, seconds and last line), and
-# sustained (below).
+# each_test and sustained (below).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/z"
@@ -23,4 +23,12 @@ sustained() {
   scripts/gpu-sustained "$OUT/z/s" "$name" -- "$bench" --reps "$reps" --no-ceilings --filter "$filter" | tail -1
   grep -E "^mla_attention" "$OUT/z/s/$name.log" | awk '{print "   ", $1, "median", $5, "min", $6}'
   rm -f "$OUT/z/s/$name.smi"
+}
+# each_test BIN FILTER LIMIT: every gtest test of BIN that FILTER selects in a process of its own,
+# each a step with LIMIT seconds, so that a hang names its test.
+each_test() {
+  local bin=$1 filter=$2 limit=$3 t
+  for t in $("$bin" --gtest_list_tests --gtest_filter="$filter" | awk '/^[^ ]/{s = $1} /^ /{print s $1}'); do
+    step "unit-$t" "$limit" "$bin" --gtest_filter="$t" --gtest_brief=1
+  done
 }

@@ -23,9 +23,7 @@
 source "$(dirname "$0")/job-lib.sh"
 T=.gpu-var/dcol/kestrel-tests
 # 1. One test a process, each with its own limit, so that a hang names its test.
-for t in $($T --gtest_list_tests --gtest_filter='MlaAttentionCuda.Seesaw64*' | awk '/^ /{print "MlaAttentionCuda." $1}'); do
-  step "unit-$t" 60 $T --gtest_filter="$t" --gtest_brief=1
-done
+each_test $T 'MlaAttentionCuda.Seesaw64*' 60
 step layout 60 $T --gtest_filter='MlaAttentionSeesaw64Layout.*:MlaAttentionRule.*:MlaAttentionCpu.*' --gtest_brief=1
 step synccheck 150 compute-sanitizer --tool synccheck --error-exitcode 3 $T \
   --gtest_filter='MlaAttentionCuda.Seesaw64DynamicItems*:cuda/*mla_attention*_s64_dyn*' --gtest_brief=1

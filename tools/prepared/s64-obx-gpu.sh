@@ -18,9 +18,7 @@
 # [".gpu-var/main", ".gpu-var/obx", ".gpu-var/obxmut", ".peers/flashmla-bench"].
 source "$(dirname "$0")/job-lib.sh"
 T=.gpu-var/obx/kestrel-tests
-for t in $($T --gtest_list_tests --gtest_filter='MlaAttentionCuda.Seesaw64*' | awk '/^ /{print "MlaAttentionCuda." $1}'); do
-  step "unit-$t" 60 $T --gtest_filter="$t" --gtest_brief=1
-done
+each_test $T 'MlaAttentionCuda.Seesaw64*' 60
 step layout 60 $T --gtest_filter='MlaAttentionSeesaw64Layout.*:MlaAttentionRule.*' --gtest_brief=1
 KESTREL_SEED=3811 step s64-ci 150 $T --gtest_filter='cuda/*mla_attention*_s64*' --gtest_brief=1
 step synccheck 120 compute-sanitizer --tool synccheck --error-exitcode 3 $T \
