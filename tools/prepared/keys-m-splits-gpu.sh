@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU check of v3's balanced split count (mla_attention_keys_m_splits, thirty-ninth session):
+# one device call (~3 min). v3 (the fp8 cache with an fp8 q) took the plan's one wave, which
+# leaves a third of the SMs idle at 96 row tiles (B 32 H 96 decode and verify 2, B 8 H 96 verify 8)
+# and half a wave empty at 192 (B 32 H 96 verify 4); the rule takes v4's balance (waves x (keys a
+# split + 512)) with splits of at least 1024 keys. Predicted from the cost model: 1.13x at 8k and
+# 1.27x at 32k on the 96-tile shapes, 1.26x / 1.31x at B 32 verify 4, 1.07x / 1.22x at B 8 verify
+# 4; the combine's partials (2 KB a row and split, written and read back) are the model's
+# unknown, and the sweep of forced counts below measures them. The other shapes: unchanged.
+# Built here first, from the repository root (R), main checked out: the patch on a scratch tree,
+#   R=$PWD; git worktree add --detach /tmp/ks HEAD && cd /tmp/ks && git apply $R/tools/prepared/keys-m-splits.patch &&
+#     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON && ninja -C build kestrel-tests kestrel-bench &&
+#     mkdir -p $R/.gpu-var/spl && cp build/kestrel-tests build/kestrel-bench $R/.gpu-var/spl/ && strip $R/.gpu-var/spl/* && cd $R
+# (or the branch keys-m-splits checked out there), and main's kestrel-bench in .gpu-var/main; run
+# `bash tools/prepared/keys-m-splits-gpu.sh` with carry [".gpu-var/main", ".gpu-var/spl"].
+# SPL=DIR takes the new binaries from DIR instead: a scripts/gpu-bundle of the patched tree,
+# carried as .gpu-bin.tar.xz in the repository root and unpacked first (SPL=.gpu-bin), which also
+# runs the whole suite after it: `PREBUILT=.gpu-bin scripts/gpu-check test mutate` (a second call).
+# SP_FILTER narrows step 1's matrix cases (default: the forced counts and v3's CI cases).
+source "$(dirname "$0")/job-lib.sh"
+SPL=${SPL:-.gpu-var/spl}
+T=$SPL/kestrel-tests
+# 1. The rule's test, the forced counts in the matrix, v3's CI matrix (its kernels unchanged);
+# memcheck at the end.
+step unit 60 $T --gtest_filter='MlaAttentionCuda.KeysMBalancedSplitsAreTaken:MlaAttentionRule.*:MlaAttentionCpu.CudaSplits*' --gtest_brief=1
+KESTREL_SEED=3901 step sp-matrix 120 $T --gtest_filter="${SP_FILTER:-cuda/*mla_attention*_sp*:cuda/*mla_attention*_km*}" --gtest_brief=1
+# 2. The automatic names, main against the rule, 2 rounds: the ten shapes it changes and five it
+# must leave alone.
+S="decode-B32-ctx8192-H96 decode-B32-ctx32768-H96 verify2-B32-ctx8192-H96 verify2-B32-ctx32768-H96
+   verify4-B32-ctx8192-H96 verify4-B32-ctx32768-H96 verify4-B8-ctx8192-H96 verify4-B8-ctx32768-H96
+   verify8-B8-ctx8192-H96 verify8-B8-ctx32768-H96
+   decode-B128-ctx8192-H96 verify2-B32-ctx8192-H128 decode-B32-ctx8192-H32 verify4-B128-ctx8192-H32 decode-B128-ctx8192-H128"
+f=(); for s in $S; do f+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP"); done
+AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" 2 .gpu-var/main "$SPL" -- --reps 10 --no-ceilings "${f[@]}" > /dev/null 2>&1
+python3 scripts/bench-compare "$OUT/z/ab" --base main
+# 3. The forced counts (1, 2, 4, 5, 8) on the ten shapes, with the ceilings measured in the same run.
+timeout 150 "$SPL/kestrel-bench" --reps 10 --filter mla_attention_splits/ --json "$OUT/z/splits.json" > "$OUT/z/splits.log" 2>&1
+echo "splits rc=$?"
+grep -E "^mla_attention_splits" "$OUT/z/splits.log" | awk '{print $1, $4, $5, $13}' | sed 's/-fp8_e4m3-qfp8-fastP//'
+# 4. Memcheck over the rule's test and the forced counts (last: the slowest step).
+step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 3 $T \
+  --gtest_filter='MlaAttentionCuda.KeysMBalancedSplitsAreTaken:cuda/*mla_attention*_sp*' --gtest_brief=1
+(cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
+echo "all $(( $(date +%s) - t0 ))s"
