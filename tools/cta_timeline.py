@@ -7,7 +7,9 @@ the first Q barrier (the last item's o copies have read Q's region), after Q is 
 Q barrier), after the first pair's QKs, after the pair loop, after the L barrier (row sums) and
 after the o stores were issued. A one-thread kernel prints them after each launch: a line "TL2B",
 then per item "TL2 row+1 smid" and warpgroup 0's seven stamps, then warpgroup 1's, where row = 32
-cta + (the CTA's item count so far). The same format serves a probe of a peer kernel with the
+cta + (the CTA's item count so far); since the thirty-ninth session also each warpgroup's stamp
+once the item's plan is in hand (for_each_item's loads of q_start and seq_lens, before the item's
+start), which splits the gap between items into the plan and the rest. The same format serves a probe of a peer kernel with the
 same seven points (perf.md, thirty-fourth section). This reads a log holding those lines and
 prints, for the last launch (or --launch N from the end), the medians of each phase per
 warpgroup over the CTAs' 1st, 2nd, ... items, the gap from a CTA's last item's o stamp to its
@@ -52,6 +54,9 @@ def main():
             start = st.median((r[o] - t0) / 1e3 for r in ws)
             gaps = [(r[o] - by_row[r[0] - 1][o + 6]) / 1e3 for r in ws if k > 0 and r[0] - 1 in by_row]
             gap = f", after the last item's o {st.median(gaps):.2f}" if gaps else ""
+            plans = [(r[16 + c] - by_row[r[0] - 1][o + 6]) / 1e3 for r in ws if k > 0 and r[0] - 1 in by_row and len(r) > 17]
+            if plans:
+                gap += f" (its plan in hand after {st.median(plans):.2f})"
             print(f"item {k + 1} ({len(ws)}) wg{c}: starts {start:.2f}{gap}, " +
                   ", ".join(f"{n} {v:.2f}" for n, v in zip(PHASES, d)) + f"; item {whole:.2f} us")
 
