@@ -12,10 +12,11 @@
 #     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON && ninja -C build kestrel-tests kestrel-bench &&
 #     mkdir -p $R/.gpu-var/spl && cp build/kestrel-tests build/kestrel-bench $R/.gpu-var/spl/ && strip $R/.gpu-var/spl/* && cd $R
 # (or the branch keys-m-splits checked out there), and main's kestrel-bench in .gpu-var/main; run
-# `bash tools/prepared/keys-m-splits-gpu.sh` with carry [".gpu-var/main", ".gpu-var/spl"].
+# `bash tools/prepared/keys-m-splits-gpu.sh` with carry [".gpu-var/main", ".gpu-var/spl", ".peers/flashmla-bench"]
+# (FlashMLA beside v4 on four bf16 shapes when carried).
 # SPL=DIR takes the new binaries from DIR instead: a scripts/gpu-bundle of the patched tree,
-# carried as .gpu-bin.tar.xz in the repository root and unpacked first (SPL=.gpu-bin), which also
-# runs the whole suite after it: `PREBUILT=.gpu-bin scripts/gpu-check test mutate` (a second call).
+# carried as .gpu-bin.tar.xz in the repository root and unpacked first (SPL=.gpu-bin); the same
+# bundle serves the whole suite, `PREBUILT=.gpu-bin scripts/gpu-check test mutate` (a second call).
 # SP_FILTER narrows step 1's matrix cases (default: the forced counts and v3's CI cases).
 source "$(dirname "$0")/job-lib.sh"
 SPL=${SPL:-.gpu-var/spl}
@@ -33,10 +34,16 @@ S="decode-B32-ctx8192-H96 decode-B32-ctx32768-H96 verify2-B32-ctx8192-H96 verify
 f=(); for s in $S; do f+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP"); done
 AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" 2 .gpu-var/main "$SPL" -- --reps 10 --no-ceilings "${f[@]}" > /dev/null 2>&1
 python3 scripts/bench-compare "$OUT/z/ab" --base main
-# 3. The forced counts (1, 2, 4, 5, 8) on the ten shapes, with the ceilings measured in the same run.
+# 3. The forced counts (1, 2, 4, 5, 8) on the ten shapes, with the ceilings measured in the same run,
+# and v4's (1, 2, 3, 4, 5, 8) on four bf16 H 96 shapes at 8k.
 timeout 150 "$SPL/kestrel-bench" --reps 10 --filter mla_attention_splits/ --json "$OUT/z/splits.json" > "$OUT/z/splits.log" 2>&1
 echo "splits rc=$?"
 grep -E "^mla_attention_splits" "$OUT/z/splits.log" | awk '{print $1, $4, $5, $13}' | sed 's/-fp8_e4m3-qfp8-fastP//'
+# FlashMLA on the bf16 shapes of step 3 (when carried: .peers/flashmla-bench), and v4's automatic choice.
+B="decode-B32-ctx8192-H96 verify2-B32-ctx8192-H96 verify4-B8-ctx8192-H96 verify8-B8-ctx8192-H96"
+g=(); h=(); for s in $B; do g+=(--filter "$s-bf16-fastP"); h+=(--filter "mla_attention/$s-bf16-fastP"); done
+[ -x .peers/flashmla-bench ] && timeout 60 .peers/flashmla-bench --grid --reps 10 "${g[@]}" | grep fastP | awk '{print "flashmla", $1, $2}'
+timeout 60 "$SPL/kestrel-bench" --reps 10 --no-ceilings "${h[@]}" | grep -E "^mla_attention/" | awk '{print $1, $4, $5}'
 # 4. Memcheck over the rule's test and the forced counts (last: the slowest step).
 step memcheck 120 compute-sanitizer --tool memcheck --error-exitcode 3 $T \
   --gtest_filter='MlaAttentionCuda.KeysMBalancedSplitsAreTaken:cuda/*mla_attention*_sp*' --gtest_brief=1
