@@ -32,7 +32,7 @@ S="decode-B32-ctx8192-H96 decode-B32-ctx32768-H96 verify2-B32-ctx8192-H96 verify
    verify8-B8-ctx8192-H96 verify8-B8-ctx32768-H96
    decode-B128-ctx8192-H96 verify2-B32-ctx8192-H128 decode-B32-ctx8192-H32 verify4-B128-ctx8192-H32 decode-B128-ctx8192-H128"
 f=(); for s in $S; do f+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP"); done
-AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" 2 .gpu-var/main "$SPL" -- --reps 10 --no-ceilings "${f[@]}" > /dev/null 2>&1
+AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-2} .gpu-var/main "$SPL" -- --reps 10 --no-ceilings "${f[@]}" > /dev/null 2>&1
 python3 scripts/bench-compare "$OUT/z/ab" --base main
 # 3. The forced counts (1, 2, 4, 5, 8) on the ten shapes, with the ceilings measured in the same run,
 # and v4's (1, 2, 3, 4, 5, 8) on four bf16 H 96 shapes at 8k.
