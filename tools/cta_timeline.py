@@ -52,9 +52,11 @@ def main():
             d = [st.median((r[o + i + 1] - r[o + i]) / 1e3 for r in ws) for i in range(6)]
             whole = st.median((r[o + 6] - r[o]) / 1e3 for r in ws)
             start = st.median((r[o] - t0) / 1e3 for r in ws)
-            gaps = [(r[o] - by_row[r[0] - 1][o + 6]) / 1e3 for r in ws if k > 0 and r[0] - 1 in by_row]
+            # (each later item beside its CTA's last item's o stamp)
+            after = [(r, by_row[r[0] - 1][o + 6]) for r in ws if k > 0 and r[0] - 1 in by_row]
+            gaps = [(r[o] - last) / 1e3 for r, last in after]
             gap = f", after the last item's o {st.median(gaps):.2f}" if gaps else ""
-            plans = [(r[16 + c] - by_row[r[0] - 1][o + 6]) / 1e3 for r in ws if k > 0 and r[0] - 1 in by_row and len(r) > 17]
+            plans = [(r[16 + c] - last) / 1e3 for r, last in after if len(r) > 17]
             if plans:
                 gap += f" (its plan in hand after {st.median(plans):.2f})"
             print(f"item {k + 1} ({len(ws)}) wg{c}: starts {start:.2f}{gap}, " +

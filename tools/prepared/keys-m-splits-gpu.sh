@@ -25,7 +25,7 @@ T=$SPL/kestrel-tests
 # memcheck at the end.
 step unit 60 $T --gtest_filter='MlaAttentionCuda.KeysMBalancedSplitsAreTaken:MlaAttentionRule.*:MlaAttentionCpu.CudaSplits*' --gtest_brief=1
 KESTREL_SEED=3901 step sp-matrix 120 $T --gtest_filter="${SP_FILTER:-cuda/*mla_attention*_sp*:cuda/*mla_attention*_km*}" --gtest_brief=1
-# 2. The automatic names, main against the rule, 2 rounds: the ten shapes it changes and five it
+# 2. The automatic names, main against the rule, AB_ROUNDS rounds (2): the ten shapes it changes and five it
 # must leave alone.
 S="decode-B32-ctx8192-H96 decode-B32-ctx32768-H96 verify2-B32-ctx8192-H96 verify2-B32-ctx32768-H96
    verify4-B32-ctx8192-H96 verify4-B32-ctx32768-H96 verify4-B8-ctx8192-H96 verify4-B8-ctx32768-H96
