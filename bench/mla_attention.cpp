@@ -31,13 +31,14 @@ void add_mla_attention_benches(Registry& r) {
   auto add = [&r](DType dt, DType q_dt, int64_t H, int64_t q_len, int64_t B, int64_t ctx,
                   ops::MlaAttentionKernel kernel,
                   ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact,
-                  ops::MlaAttentionSchedule schedule = ops::MlaAttentionSchedule::automatic) {
+                  ops::MlaAttentionSchedule schedule = ops::MlaAttentionSchedule::automatic, int32_t splits = 0) {
     const bool fast = precision == ops::MlaAttentionPrecision::fast;
     const bool fp8_q = q_dt == DType::fp8_e4m3;
     const int64_t Tq = B * q_len, max_pages = (ctx + kPage - 1) / kPage;
     const int64_t num_pages = 1 + B * max_pages;  // page 0 is the sink
     Case c;
-    c.name = str(schedule == ops::MlaAttentionSchedule::flat        ? "mla_attention_s64flat/"
+    c.name = str(splits > 0                                          ? "mla_attention_splits/"
+                 : schedule == ops::MlaAttentionSchedule::flat        ? "mla_attention_s64flat/"
                  : schedule == ops::MlaAttentionSchedule::uniform ? "mla_attention_s64uniform/"
                  : kernel == ops::MlaAttentionKernel::mma_sync       ? "mla_attention_v1/"
                  : kernel == ops::MlaAttentionKernel::wgmma_keys_m ? "mla_attention_km/"
@@ -47,7 +48,7 @@ void add_mla_attention_benches(Registry& r) {
                  : kernel == ops::MlaAttentionKernel::wgmma        ? "mla_attention_v2/"
                                                                    : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
-                 fp8_q ? "-qfp8" : "", fast ? "-fastP" : "");
+                 fp8_q ? "-qfp8" : "", fast ? "-fastP" : "", splits > 0 ? str("-sp", splits) : std::string());
     c.buffers = {{"o", DType::bf16, {Tq, H, ops::kMlaNope}},
                  {"lse", DType::f32, {Tq, H}},
                  {"q", q_dt, {Tq, H, ops::kMlaRow}},
@@ -65,7 +66,7 @@ void add_mla_attention_benches(Registry& r) {
     std::vector<int32_t> starts(static_cast<size_t>(B + 1));
     for (int64_t i = 0; i <= B; ++i) starts[i] = static_cast<int32_t>(i * q_len);
     const FixedInts q_start(std::move(starts));
-    c.run = [q_start, dt, fp8_q, kernel, precision, schedule](const std::vector<TensorView>& b, Stream s) {
+    c.run = [q_start, dt, fp8_q, kernel, precision, schedule, splits](const std::vector<TensorView>& b, Stream s) {
       q_start.ensure(b[6]);
       ops::MlaAttentionArgs a;
       a.o = b[0];
@@ -81,6 +82,7 @@ void add_mla_attention_benches(Registry& r) {
       a.cuda_kernel = kernel;
       a.precision = precision;
       a.cuda_schedule = schedule;
+      a.cuda_splits = splits;
       ops::mla_attention(ops::Backend::cuda, a, s);
     };
     r.add(std::move(c));
@@ -178,6 +180,22 @@ void add_mla_attention_benches(Registry& r) {
           for (const auto schedule : {ops::MlaAttentionSchedule::flat, ops::MlaAttentionSchedule::uniform})
             add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma_seesaw64, fast, schedule);
         }
+  // v3 (fp8 cache and q, P rounded once) at forced split counts ("mla_attention_splits/...-sp<n>")
+  // on the H 96 batches whose row tiles leave SMs idle in the plan's one wave: the measurement
+  // behind mla_attention_keys_m_splits (its choices at 8k / 16k / 32k: 1 / 4 / 4 splits for B 32
+  // decode and verify 2 and B 8 verify 8, 2 for B 32 verify 4, 2 / 2 / 5 for B 8 verify 4).
+  const std::pair<int64_t, int64_t> h96_batches[] = {{1, 32}, {2, 32}, {4, 32}, {4, 8}, {8, 8}};  // (q_len, B)
+  for (const auto& [q_len, B] : h96_batches)
+    for (const int64_t ctx : {8192, 16384, 32768})
+      for (const int32_t splits : {1, 2, 4, 5, 8})
+        add(DType::fp8_e4m3, DType::fp8_e4m3, 96, q_len, B, ctx, automatic, fast, ops::MlaAttentionSchedule::automatic, splits);
+  // v4 (the bf16 cache) at forced counts on the one-wave H 96 shapes at 8k, where its own balance
+  // keeps splits of 4096+ keys (96 CTAs at verify 4 B8: 0.83x of FlashMLA) and its flattened runs
+  // measured slower with runs under 4096 keys: how short a split pays on v4.
+  const std::pair<int64_t, int64_t> h96_bf16[] = {{1, 32}, {2, 32}, {4, 8}, {8, 8}};  // (q_len, B)
+  for (const auto& [q_len, B] : h96_bf16)
+    for (const int32_t splits : {1, 2, 3, 4, 5, 8})
+      add(DType::bf16, DType::bf16, 96, q_len, B, 8192, automatic, fast, ops::MlaAttentionSchedule::automatic, splits);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {

@@ -72,6 +72,10 @@ void mla_attention_check(const MlaAttentionArgs& a) {
     fail_arg(op, "cuda_combine", "MlaAttentionCombine::automatic or ::per_row", str(static_cast<int>(a.cuda_combine)));
   if (static_cast<int>(a.cuda_schedule) > static_cast<int>(MlaAttentionSchedule::flat))
     fail_arg(op, "cuda_schedule", "MlaAttentionSchedule::automatic, ::uniform or ::flat", str(static_cast<int>(a.cuda_schedule)));
+  if (a.cuda_splits < 0 || a.cuda_splits > kMlaAttentionMaxSplits)
+    fail_arg(op, "cuda_splits", str("0 (the plan's count) or a count in 1 .. ", kMlaAttentionMaxSplits), str(a.cuda_splits));
+  if (a.cuda_splits > 0 && a.cuda_schedule == MlaAttentionSchedule::flat)
+    fail_arg(op, "cuda_splits", "0 with cuda_schedule flat (the flattened runs plan their own segments)", str(a.cuda_splits));
   // (a value outside the enum would otherwise reach the CUDA dispatch, which runs v1 for any kernel
   // it does not name)
   if (static_cast<int>(a.cuda_kernel) > static_cast<int>(MlaAttentionKernel::wgmma_seesaw64))
@@ -104,26 +108,42 @@ int64_t mla_attention_num_splits(int64_t batch, int64_t row_tiles, int64_t kv_le
 }
 
 namespace {
-// v4's uniform splits' cost, for mla_attention_seesaw64_splits (its comment says how it is counted).
-int64_t mla_attention_seesaw64_uniform_cost(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t splits) {
+// A uniform split count's cost, for the balanced counts below (mla_attention_seesaw64_splits says
+// how it is counted): waves x (keys a CTA streams + cta_cost_keys); with `walks`, one split over
+// more row tiles than SMs is v4's walk, floor(num_sms / row_tiles) CTAs a row tile.
+int64_t mla_attention_uniform_cost(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t splits,
+                                   int64_t cta_cost_keys, bool walks) {
   const auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   const int64_t items = std::max<int64_t>(1, batch * row_tiles), sms = std::max<int64_t>(1, num_sms);
-  const int64_t waves = mla_attention_seesaw64_walks(batch, row_tiles, splits, sms) ? ceil_div(batch, std::max<int64_t>(1, sms / row_tiles))
-                                                                                      : ceil_div(items * splits, sms);
-  return waves * (ceil_div(kv_len, splits) + kMlaAttentionSeesaw64CtaCostKeys);
+  const int64_t waves = walks && mla_attention_seesaw64_walks(batch, row_tiles, splits, sms)
+                            ? ceil_div(batch, std::max<int64_t>(1, sms / row_tiles))
+                            : ceil_div(items * splits, sms);
+  return waves * (ceil_div(kv_len, splits) + cta_cost_keys);
 }
-}  // namespace
 
-int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits) {
-  const auto cost = [&](int64_t s) { return mla_attention_seesaw64_uniform_cost(batch, row_tiles, kv_len, num_sms, s); };
+// The plan's count unless another with splits of at least min_split_keys keys costs under 15/16 of it.
+int64_t mla_attention_balanced_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits,
+                                      int64_t min_split_keys, int64_t cta_cost_keys, bool walks) {
+  const auto cost = [&](int64_t s) { return mla_attention_uniform_cost(batch, row_tiles, kv_len, num_sms, s, cta_cost_keys, walks); };
   int64_t best = plan_splits, best_cost = 15 * cost(plan_splits) / 16;
-  for (int64_t s = 1; s <= kMlaAttentionMaxSplits && kv_len / s >= kMlaAttentionSeesaw64MinSplitKeys; ++s) {
+  for (int64_t s = 1; s <= kMlaAttentionMaxSplits && kv_len / s >= min_split_keys; ++s) {
     if (const int64_t c = cost(s); c < best_cost) {
       best = s;
       best_cost = c;
     }
   }
   return best;
+}
+}  // namespace
+
+int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits) {
+  return mla_attention_balanced_splits(batch, row_tiles, kv_len, num_sms, plan_splits, kMlaAttentionSeesaw64MinSplitKeys,
+                                       kMlaAttentionSeesaw64CtaCostKeys, /*walks=*/true);
+}
+
+int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits) {
+  return mla_attention_balanced_splits(batch, row_tiles, kv_len, num_sms, plan_splits, kMlaAttentionKeysMMinSplitKeys,
+                                       kMlaAttentionKeysMCtaCostKeys, /*walks=*/false);
 }
 
 MlaFlatPlan mla_attention_seesaw64_flat_plan(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms) {

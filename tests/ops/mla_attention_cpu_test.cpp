@@ -191,6 +191,49 @@ TEST(MlaAttentionRule, Seesaw64SplitsBalanceTheWaves) {
   EXPECT_EQ(mla_attention_seesaw64_splits(8, 2, 8192, 132, 8), 8);
 }
 
+// v3's split count (pure, docs/ops/mla_attention.md) on 132 SMs: v4's balance with splits of
+// 1024 keys or more and no walk. The H 96 batches whose row tiles leave SMs idle rebalance.
+TEST(MlaAttentionRule, KeysMSplitsBalanceTheWaves) {
+  // B 32 H 96 decode (3 tiles of 32 rows) and verify 2 (3 of 64): 96 CTAs on 132 SMs; from 16k keys
+  // 4 splits, 3 waves (at 8k the three CTA costs outweigh the idle SMs: measured 0.976x).
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 8192, 132, 1), 1);
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 16384, 132, 1), 4);
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 32768, 132, 1), 4);
+  // B 32 H 96 verify 4 (192 tiles): two waves, the second half empty; 2 splits fill 3 waves.
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 6, 8192, 132, 1), 2);
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 6, 32768, 132, 1), 2);
+  // B 8 H 96 verify 4 (48 tiles, the plan's 2 splits on 96 SMs) and verify 8 (96 tiles): from 32k.
+  EXPECT_EQ(mla_attention_keys_m_splits(8, 6, 8192, 132, 2), 2);
+  EXPECT_EQ(mla_attention_keys_m_splits(8, 6, 32768, 132, 2), 5);
+  EXPECT_EQ(mla_attention_keys_m_splits(8, 12, 8192, 132, 1), 1);
+  EXPECT_EQ(mla_attention_keys_m_splits(8, 12, 32768, 132, 1), 4);
+  // No walk: at s = 1, 384 tiles are 3 waves (v4 would count its walk, the same here).
+  EXPECT_EQ(mla_attention_keys_m_splits(128, 3, 8192, 132, 1), 1);
+  // Balanced already: B 32 H 128 decode (2 wide tiles, 2 splits), B 32 H 32 decode (4 splits),
+  // B 128 H 32 decode, B 32 H 128 verify 2.
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 2, 8192, 132, 2), 2);
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 1, 8192, 132, 4), 4);
+  EXPECT_EQ(mla_attention_keys_m_splits(128, 1, 32768, 132, 1), 1);
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 4, 32768, 132, 1), 1);
+  // Short keys: the plan stays (splits would fall under 1024 keys, or save too little).
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 1024, 132, 1), 1);
+  EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 4096, 132, 1), 1);
+  EXPECT_EQ(mla_attention_keys_m_splits(1, 1, 32768, 132, 132), 132);
+  // A count chosen never costs more than the plan's (random shapes, v3's model restated).
+  std::mt19937_64 rng(3901);
+  const auto cost = [](int64_t B, int64_t rt, int64_t kv, int64_t s) {
+    return (B * rt * s + 131) / 132 * ((kv + s - 1) / s + kMlaAttentionKeysMCtaCostKeys);
+  };
+  for (int iter = 0; iter < 300; ++iter) {
+    const int64_t B = 1 + static_cast<int64_t>(rng() % 200), rt = 1 + static_cast<int64_t>(rng() % 16);
+    const int64_t kv = 64 * (1 + static_cast<int64_t>(rng() % 1024));
+    const int64_t plan = mla_attention_num_splits(B, rt, kv, 132), s = mla_attention_keys_m_splits(B, rt, kv, 132, plan);
+    if (s == plan) continue;
+    EXPECT_GE(kv / s, kMlaAttentionKeysMMinSplitKeys) << "B " << B << " tiles " << rt << " kv " << kv;
+    EXPECT_LT(16 * cost(B, rt, kv, s), 15 * cost(B, rt, kv, plan)) << "B " << B << " tiles " << rt << " kv " << kv;
+  }
+}
+
 // v4's flattened schedule (pure): every planned tile of every sequence lies in exactly one
 // part's run, each sequence's segments take slots 0 .. n(b) - 1 in order, a sequence of one
 // segment is whole, and the grid is one wave. Random shapes, then two pinned ones.
@@ -509,6 +552,26 @@ TEST(MlaAttentionCpu, CudaKernelOutsideTheEnumIsRefused) {
   mla_attention(Backend::cpu, a);
   a.cuda_schedule = static_cast<MlaAttentionSchedule>(3);
   EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_schedule", "::flat", "3"}));
+}
+
+// A forced split count outside 1 .. 256, or beside the flattened schedule (which plans its own
+// segments), is refused naming cuda_splits and the value; a count inside is accepted (the CPU
+// ignores it).
+TEST(MlaAttentionCpu, CudaSplitsOutsideItsRangeIsRefused) {
+  using testing_util::throws_error_with;
+  Problem p = make(3, 2, 40, 12);
+  MlaAttentionArgs a = p.args(true, 0.5f);
+  a.cuda_splits = static_cast<int32_t>(kMlaAttentionMaxSplits);
+  mla_attention(Backend::cpu, a);
+  a.cuda_splits = static_cast<int32_t>(kMlaAttentionMaxSplits) + 1;
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_splits", "1 .. 256", "257"}));
+  a.cuda_splits = -1;
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_splits", "-1"}));
+  a.cuda_splits = 3;
+  a.cuda_schedule = MlaAttentionSchedule::flat;
+  EXPECT_TRUE(throws_error_with([&] { mla_attention(Backend::cpu, a); }, {"mla_attention", "cuda_splits", "flat", "3"}));
+  a.cuda_schedule = MlaAttentionSchedule::uniform;
+  mla_attention(Backend::cpu, a);
 }
 
 TEST(MlaAttentionCpu, NothingToAttend) {

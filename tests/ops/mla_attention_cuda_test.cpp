@@ -99,12 +99,13 @@ MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
 std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
                              MlaAttentionPrecision precision = MlaAttentionPrecision::exact,
                              MlaAttentionCombine combine = MlaAttentionCombine::automatic,
-                             MlaAttentionSchedule schedule = MlaAttentionSchedule::automatic) {
+                             MlaAttentionSchedule schedule = MlaAttentionSchedule::automatic, int32_t splits = 0) {
   std::vector<std::string> log;
   cuda::set_launch_log(&log);
   try {
     MlaAttentionArgs a = args(p, kernel, precision, combine);
     a.cuda_schedule = schedule;
+    a.cuda_splits = splits;
     mla_attention(Backend::cuda, a);
     device_sync();
   } catch (...) {
@@ -127,6 +128,28 @@ void poison_outputs(Problem& p) {
   p.o = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * p.H * kMlaNope), 0x7fc1), {Tq, p.H, kMlaNope}, DType::bf16,
                Device::cuda);
   p.lse = upload(std::vector<float>(static_cast<size_t>(Tq * p.H), NAN), {Tq, p.H}, DType::f32, Device::cuda);
+}
+
+// Two runs of one call at the fast precision agree within its rounding: every o and lse finite,
+// o within 2% of the largest |o| (a split or a run that lost or doubled keys would be off by the
+// outputs' own size), lse within 1e-3.
+void expect_fast_outputs_agree(const std::vector<uint16_t>& o, const std::vector<float>& lse, const std::vector<uint16_t>& o_ref,
+                               const std::vector<float>& lse_ref, const std::string& what) {
+  ASSERT_EQ(o.size(), o_ref.size()) << what;
+  double worst = 0.0, scale = 0.0, worst_lse = 0.0;
+  for (size_t i = 0; i < o.size(); ++i) {
+    const double a = bf16_to_f32(o[i]), b = bf16_to_f32(o_ref[i]);
+    ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << what << ": o[" << i << "]";
+    worst = std::max(worst, std::fabs(a - b));
+    scale = std::max(scale, std::fabs(b));
+  }
+  for (size_t i = 0; i < lse.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(lse[i]) && std::isfinite(lse_ref[i])) << what << ": lse[" << i << "]";
+    worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(lse[i]) - lse_ref[i]));
+  }
+  EXPECT_GT(scale, 0.0) << what;
+  EXPECT_LE(worst, 0.02 * scale) << what << ": largest |o| " << scale;
+  EXPECT_LE(worst_lse, 1e-3) << what;
 }
 
 class MlaAttentionCuda : public testing::Test {
@@ -290,26 +313,8 @@ TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) {
   EXPECT_TRUE(launched(run(p, MlaAttentionKernel::wgmma, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
   const std::vector<uint16_t> o2 = testing_util::download<uint16_t>(p.o);
   const std::vector<float> lse2 = testing_util::download<float>(p.lse);
-  for (const bool uniform : {false, true}) {
-    const std::vector<uint16_t>& o4 = uniform ? o_uni : o_auto;
-    const std::vector<float>& lse4 = uniform ? lse_uni : lse_auto;
-    const char* what = uniform ? "uniform splits" : "automatic";
-    ASSERT_EQ(o4.size(), o2.size());
-    double worst = 0.0, scale = 0.0, worst_lse = 0.0;
-    for (size_t i = 0; i < o4.size(); ++i) {
-      const double a = bf16_to_f32(o4[i]), b = bf16_to_f32(o2[i]);
-      ASSERT_TRUE(std::isfinite(a) && std::isfinite(b)) << what << ": o[" << i << "]";
-      worst = std::max(worst, std::fabs(a - b));
-      scale = std::max(scale, std::fabs(b));
-    }
-    for (size_t i = 0; i < lse4.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(lse4[i]) && std::isfinite(lse2[i])) << what << ": lse[" << i << "]";
-      worst_lse = std::max(worst_lse, std::fabs(static_cast<double>(lse4[i]) - lse2[i]));
-    }
-    EXPECT_GT(scale, 0.0) << what;
-    EXPECT_LE(worst, 0.02 * scale) << what << ": largest |o| " << scale;
-    EXPECT_LE(worst_lse, 1e-3) << what;
-  }
+  expect_fast_outputs_agree(o_auto, lse_auto, o2, lse2, "automatic");
+  expect_fast_outputs_agree(o_uni, lse_uni, o2, lse2, "uniform splits");
 }
 
 // v4's flattened schedule (MlaAttentionSchedule::flat; the rule mla_attention_seesaw64_flat_plan):
@@ -538,6 +543,44 @@ Problem make_paged(int64_t page_size, DType cache_dt, const std::vector<int32_t>
   }
   p.block_table = upload(p.table, {p.B(), width}, DType::i32, Device::cuda);
   return p;
+}
+
+// v3's balanced split count (mla_attention_keys_m_splits): 96 decode sequences at H 32 over a
+// block table of 16384 keys are 96 row tiles of the 32-row kernel, one wave on 132 SMs that leaves
+// 36 idle; the rule takes 4 splits (3 waves) and the combine. A forced count of the same (the
+// cuda_splits argument) gives the same bits, and one split (no combine) the same values within
+// the fast precision's rounding: a split that lost or doubled keys would be off by the outputs'
+// own size. Ragged lengths, some under one split's share; an fp8 cache and q; outputs poisoned
+// before each call.
+TEST_F(MlaAttentionCuda, KeysMBalancedSplitsAreTaken) {
+  const int64_t sms = kestrel::ops::cuda::num_sms();
+  std::vector<int32_t> lens(96);
+  for (size_t b = 0; b < lens.size(); ++b) lens[b] = static_cast<int32_t>(1 + (b * 389) % 3000);
+  Problem p = make_paged(64, DType::fp8_e4m3, lens, 16384, 3901, 32);
+  use_fp8_q(p, 3902);
+  const int64_t splits = mla_attention_keys_m_splits(96, 1, 16384, sms, mla_attention_num_splits(96, 1, 16384, sms));
+  if (sms == 132) {
+    EXPECT_EQ(splits, 4);
+  }
+  if (splits < 2) GTEST_SKIP() << "on " << sms << " SMs the rule keeps one split for this batch";
+  const auto run_v3 = [&](int32_t forced) {
+    poison_outputs(p);
+    return run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast, MlaAttentionCombine::automatic,
+               MlaAttentionSchedule::automatic, forced);
+  };
+  const auto auto_log = run_v3(0);
+  EXPECT_TRUE(launched(auto_log, "mla_attention_keys_m_kernel<")) << "the rule chose another kernel";
+  EXPECT_TRUE(launched(auto_log, "combine"));
+  const std::vector<uint16_t> o_auto = testing_util::download<uint16_t>(p.o);
+  const std::vector<float> lse_auto = testing_util::download<float>(p.lse);
+  EXPECT_TRUE(launched(run_v3(static_cast<int32_t>(splits)), "combine"));
+  EXPECT_EQ(testing_util::download<uint16_t>(p.o), o_auto);
+  EXPECT_EQ(testing_util::download<float>(p.lse), lse_auto);
+  const auto one_log = run_v3(1);
+  EXPECT_TRUE(launched(one_log, "mla_attention_keys_m_kernel<"));
+  EXPECT_FALSE(launched(one_log, "combine"));
+  expect_fast_outputs_agree(o_auto, lse_auto, testing_util::download<uint16_t>(p.o), testing_util::download<float>(p.lse),
+                            "balanced splits against one");
 }
 
 // The page size does not change the bits: the same logical rows paged by 64 (a bf16 cache: TMA

@@ -7,6 +7,10 @@
 # 1.27x at 32k on the 96-tile shapes, 1.26x / 1.31x at B 32 verify 4, 1.07x / 1.22x at B 8 verify
 # 4; the combine's partials (2 KB a row and split, written and read back) are the model's
 # unknown, and the sweep of forced counts below measures them. The other shapes: unchanged.
+# Ran in the forty-first session on an H100 (perf.md's section: 1.15-1.29x at 32k, 0.976x at decode
+# B32 8k, which the fitted CTA cost of 1200 keys now leaves on one split); the rule landed with it.
+# To reproduce the A/B, .gpu-var/main is a build of 9897f96 (before the rule) and SPL a build of
+# main since. The original instructions, for a tree without the rule:
 # Built here first, from the repository root (R), main checked out: the patch on a scratch tree,
 #   R=$PWD; git worktree add --detach /tmp/ks HEAD && cd /tmp/ks && git apply $R/tools/prepared/keys-m-splits.patch &&
 #     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON && ninja -C build kestrel-tests kestrel-bench &&

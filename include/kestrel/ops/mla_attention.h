@@ -66,6 +66,11 @@ struct MlaAttentionArgs {
   MlaAttentionPrecision precision = MlaAttentionPrecision::exact;  // see above
   MlaAttentionCombine cuda_combine = MlaAttentionCombine::automatic;  // CUDA only: see above
   MlaAttentionSchedule cuda_schedule = MlaAttentionSchedule::automatic;  // CUDA v4 only: see above
+  // CUDA only: 0 (the default) takes the plan's split count (mla_attention_num_splits and the
+  // kernel's own rebalancing, below); n in 1 .. kMlaAttentionMaxSplits cuts every sequence into n
+  // KV splits on whichever kernel runs (v4: its uniform schedule, so not with cuda_schedule flat).
+  // Tests and benchmarks compare counts with it.
+  int32_t cuda_splits = 0;
 };
 
 void mla_attention_check(const MlaAttentionArgs& a);
@@ -172,6 +177,17 @@ constexpr bool mla_attention_seesaw64_walks(int64_t batch, int64_t row_tiles, in
 // SMs) takes two splits in three waves instead of two whole-sequence waves.
 inline constexpr int64_t kMlaAttentionSeesaw64CtaCostKeys = 512;
 int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits);
+// The keys-as-M kernels' (v3, fp8 cache and q) split count (a pure function, documented in
+// docs/ops/mla_attention.md): the same balance as v4's above with v3's constants, splits of at
+// least kMlaAttentionKeysMMinSplitKeys keys and kMlaAttentionKeysMCtaCostKeys a CTA, and no walk
+// (v3's grid is always row tiles x splits x sequences). The plan's one wave leaves a third of the
+// SMs idle where a batch has 96 row tiles (B 32 H 96 decode and verify 2, B 8 H 96 verify 8) and
+// a half-empty second wave at 192 (B 32 H 96 verify 4); these take 4 splits from 16k keys and 2
+// from 4k. The CTA's cost, 1200 keys, is fitted to forced counts on an H100 (1171-1208 on three
+// shape pairs; docs/ops/mla_attention.md): more than v4's 512, so 8k keys stay one wave at 96 tiles.
+inline constexpr int64_t kMlaAttentionKeysMMinSplitKeys = 1024;
+inline constexpr int64_t kMlaAttentionKeysMCtaCostKeys = 1200;
+int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits);
 // Whether v4 sends a whole 64-row tile's o out as 4 boxes a warpgroup by tensor copy (one
 // thread) rather than as 128 row copies (where o's tokens are H rows apart and a split writes o
 // itself): where a split streams at most kMlaAttentionSeesaw64OBoxMaxKeys keys of the planning

@@ -740,10 +740,14 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
   const int64_t kv_plan = static_cast<int64_t>(p.max_pages) * p.page_size;
   const int64_t plan_splits = mla_attention_num_splits(B, row_tiles, kv_plan, sms);
   const bool seesaw64 = kernel == MlaAttentionKernel::wgmma_seesaw64;
-  const int64_t uniform_splits = seesaw64 ? mla_attention_seesaw64_splits(B, row_tiles, kv_plan, sms, plan_splits) : plan_splits;
+  // A forced count (cuda_splits), else v4 and v3 rebalance the plan's waves.
+  const int64_t uniform_splits = a.cuda_splits > 0 ? a.cuda_splits
+                                 : seesaw64         ? mla_attention_seesaw64_splits(B, row_tiles, kv_plan, sms, plan_splits)
+                                 : keys_m           ? mla_attention_keys_m_splits(B, row_tiles, kv_plan, sms, plan_splits)
+                                                    : plan_splits;
   // v4's flattened schedule where it was measured faster than the uniform splits (or asked for).
   MlaFlatPlan flat;
-  if (seesaw64 && a.cuda_schedule != MlaAttentionSchedule::uniform) {
+  if (seesaw64 && a.cuda_schedule != MlaAttentionSchedule::uniform && a.cuda_splits == 0) {
     const MlaFlatPlan f = mla_attention_seesaw64_flat_plan(B, row_tiles, kv_plan, sms);
     if (f.parts > 0 && (a.cuda_schedule == MlaAttentionSchedule::flat || mla_attention_seesaw64_flat_wins(B, row_tiles, uniform_splits, sms, f)))
       flat = f;

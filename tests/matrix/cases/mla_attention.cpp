@@ -159,7 +159,7 @@ struct Qk8ScoreError {
 void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t plan_seed, DType q_dt = DType::bf16,
               ops::MlaAttentionKernel kernel = ops::MlaAttentionKernel::automatic,
               ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact,
-              ops::MlaAttentionSchedule schedule = ops::MlaAttentionSchedule::automatic) {
+              ops::MlaAttentionSchedule schedule = ops::MlaAttentionSchedule::automatic, int32_t splits = 0) {
   const bool fast = precision == ops::MlaAttentionPrecision::fast;
   const Plan plan = make_plan(s, plan_seed);
   const bool strided = var == Variant::strided, with_lse = var != Variant::nolse;
@@ -183,7 +183,8 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
              : kernel == ops::MlaAttentionKernel::wgmma_keys_m_bf16 ? "-kmb"
              : kernel == ops::MlaAttentionKernel::wgmma_seesaw64    ? "-s64"
                                                                     : "",
-             schedule == ops::MlaAttentionSchedule::flat ? "-flat" : "", fast ? "-fastP" : "");
+             schedule == ops::MlaAttentionSchedule::flat ? "-flat" : "", fast ? "-fastP" : "",
+             splits > 0 ? str("-sp", splits) : std::string());
   c.size = s.size;
 
   std::vector<double> table_vals(static_cast<size_t>(B * table_cols), -7.0);
@@ -284,6 +285,7 @@ void add_case(Registry& r, const AttnShape& s, DType dt, Variant var, uint64_t p
     a.cuda_kernel = kernel;
     a.precision = precision;
     a.cuda_schedule = schedule;
+    a.cuda_splits = splits;
     return a;
   };
   c.supports = supports_via<ops::MlaAttentionArgs>(
@@ -450,6 +452,17 @@ void add_mla_attention_cases(Registry& r, Size size) {
   AttnShape boxes96 = {"decode", 96, 64, std::vector<int64_t>(140, 1), {}, Size::ci, false};
   for (int64_t b = 0; b < 140; ++b) boxes96.seq_lens.push_back(1 + (b * 29) % 200);
   for (Variant var : {Variant::plain, Variant::strided}) add_case(r, boxes96, bf16, var, ++plan_seed, bf16, seesaw64, fastp);
+  // Forced split counts ("-sp<n>": cuda_splits), more than the plan's: v3 (32-row and wide) on the
+  // ragged decode, the verify and the extend over 8 row tiles, v4's uniform schedule and v2 on
+  // the verify; each sequence's keys cut n ways, empty splits past the short ones. Seeded last.
+  const ops::MlaAttentionSchedule auto_schedule = ops::MlaAttentionSchedule::automatic;
+  add_case(r, ci[0], fp8, Variant::plain, ++plan_seed, fp8, keys_m, fastp, auto_schedule, 3);
+  add_case(r, ci[3], fp8, Variant::strided, ++plan_seed, fp8, keys_m, fastp, auto_schedule, 6);
+  add_case(r, ci[3], fp8, Variant::plain, ++plan_seed, fp8, wide, fastp, auto_schedule, 2);
+  add_case(r, ci[5], fp8, Variant::plain, ++plan_seed, fp8, wide, fastp, auto_schedule, 7);
+  add_case(r, ci[3], bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp, auto_schedule, 3);
+  add_case(r, ci[3], bf16, Variant::plain, ++plan_seed, bf16, ops::MlaAttentionKernel::wgmma, ops::MlaAttentionPrecision::exact,
+           auto_schedule, 5);
 }
 
 }  // namespace kestrel::matrix
