@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The forty-first session's second device call: v3's split rule with the CTA cost measured in the
 # first (kMlaAttentionKeysMCtaCostKeys 512 -> 1200; branch keys-m-splits), the timeline probe at
-# verify 8 B128 1k, then the dyncol check (tools/prepared/s64-dyncol-gpu.sh).
+# verify 8 B128 1k, then the dyncol check (tools/prepared/s64-dyncol-gpu.sh). .gpu-var/spl2 is a build
+# of main at ed87d45 (the rule as landed; the branch keys-m-splits at 8b3c4ef is the same code),
+# .gpu-var/main one of 9897f96 (before it).
 # Carry [".gpu-var/main", ".gpu-var/spl2", ".gpu-var/dcol", ".gpu-var/dcolmut", ".gpu-var/tl", ".peers/flashmla-bench"].
 source "$(dirname "$0")/job-lib.sh"
 S2=.gpu-var/spl2
@@ -17,6 +19,12 @@ g=(); for s in decode-B32 verify2-B32 verify4-B32 verify4-B8 verify8-B8; do g+=(
 timeout 90 $S2/kestrel-bench --reps 10 "${g[@]}" --json "$OUT/z/splits16k.json" > "$OUT/z/splits16k.log" 2>&1
 echo "splits16k rc=$?"
 grep -E "^mla_attention_splits.*ctx16384" "$OUT/z/splits16k.log" | awk '{print $1, $4, $5, $13}' | sed 's/-fp8_e4m3-qfp8-fastP//'
+# v4's two schedules forced on the one-wave bf16 H 96 shapes at 8k (0.86-0.91x of FlashMLA, whose
+# scheduler spreads them over all SMs as the flattened runs would).
+h=(); for s in decode-B32 verify2-B32 verify4-B8 verify8-B8; do
+  for k in mla_attention_s64flat mla_attention_s64uniform; do h+=(--filter "$k/$s-ctx8192-H96-bf16-fastP"); done
+done
+timeout 60 $S2/kestrel-bench --reps 10 --no-ceilings "${h[@]}" | grep -E "^mla_attention_s64" | awk '{print $1, $4, $5}'
 echo "splits $(( $(date +%s) - t0 ))s"
 c=verify8-B128-ctx1024-H128-bf16-fastP
 timeout 60 .gpu-var/tl/kestrel-bench --reps 3 --warmup 1 --no-ceilings --filter "mla_attention/$c" > "$OUT/z/tl-$c.txt" 2>&1
