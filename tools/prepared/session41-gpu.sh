@@ -30,4 +30,4 @@ c=verify8-B128-ctx1024-H128-bf16-fastP
 timeout 60 .gpu-var/tl/kestrel-bench --reps 3 --warmup 1 --no-ceilings --filter "mla_attention/$c" > "$OUT/z/tl-$c.txt" 2>&1
 echo "== timeline $c (rc=$?)"
 python3 tools/cta_timeline.py "$OUT/z/tl-$c.txt" 2>&1 | head -40
-bash tools/prepared/s64-dyncol-gpu.sh
+[ -n "${SHORT:-}" ] || bash tools/prepared/s64-dyncol-gpu.sh   # SHORT=1: not the dyncol check
