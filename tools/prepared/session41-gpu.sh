@@ -13,7 +13,7 @@ S="decode-B32-ctx8192-H96 decode-B32-ctx32768-H96 verify2-B32-ctx8192-H96 verify
    verify8-B8-ctx8192-H96 verify8-B8-ctx32768-H96
    decode-B128-ctx8192-H96 verify2-B32-ctx8192-H128 decode-B32-ctx8192-H32 verify4-B128-ctx8192-H32 decode-B128-ctx8192-H128"
 f=(); for s in $S; do f+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP"); done
-AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" 2 .gpu-var/main $S2 -- --reps 10 --no-ceilings "${f[@]}" > /dev/null 2>&1
+AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-2} .gpu-var/main $S2 -- --reps 10 --no-ceilings "${f[@]}" > /dev/null 2>&1
 python3 scripts/bench-compare "$OUT/z/ab" --base main
 g=(); for s in decode-B32 verify2-B32 verify4-B32 verify4-B8 verify8-B8; do g+=(--filter "mla_attention_splits/$s-ctx16384-H96"); done
 timeout 90 $S2/kestrel-bench --reps 10 "${g[@]}" --json "$OUT/z/splits16k.json" > "$OUT/z/splits16k.log" 2>&1
