@@ -6,7 +6,7 @@
 #   .gpu-var/dcol        kestrel-bench + kestrel-tests of HEAD with s64-dyncol.patch
 #   .gpu-var/dcolmut     kestrel-tests of the same with its mutation cuda_mla_seesaw64_dyn_column
 #   .gpu-var/tl          kestrel-bench of HEAD with s64-cta-timeline.patch (the probe)
-# and, with BUNDLE=1, .gpu-var/bundle-HEAD.tar.xz: scripts/gpu-bundle of HEAD (19 mutants, ~9 min
+# and, with BUNDLE=1, .gpu-var/bundle-HEAD.tar.xz: scripts/gpu-bundle of HEAD (19 mutants, ~6 min more
 # on 2 cores), to copy to the repository root as .gpu-bin.tar.xz for `PREBUILT=.gpu-bin
 # scripts/gpu-check`. About 15 minutes on 2 cores without the bundle. ONLY="main tl" builds some.
 set -euo pipefail
@@ -41,9 +41,10 @@ for what in $ONLY; do
   esac || { echo "build-gpu-var: $what failed (its worktree: $T/$what)" >&2; exit 1; }
 done
 if [ -n "${BUNDLE:-}" ]; then
-  tree bundle HEAD
-  (cd "$T/bundle" && BUILD=build scripts/gpu-bundle >/dev/null)
-  rev=$(git rev-parse --short HEAD)
-  (cd "$T/bundle" && tar cJf "$R/.gpu-var/bundle-$rev.tar.xz" .gpu-bin) && echo "built .gpu-var/bundle-$rev.tar.xz"
+  # (in spl2's worktree, whose build of HEAD it reuses)
+  [ -d "$T/spl2/build" ] || tree spl2 HEAD
+  (cd "$T/spl2" && BUILD=build scripts/gpu-bundle >/dev/null)
+  rev=$(git -C "$T/spl2" rev-parse --short HEAD)
+  (cd "$T/spl2" && tar cJf "$R/.gpu-var/bundle-$rev.tar.xz" .gpu-bin) && echo "built .gpu-var/bundle-$rev.tar.xz"
 fi
 git worktree prune

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The forty-first session's second device call: v3's split rule with the CTA cost measured in the
-# first (kMlaAttentionKeysMCtaCostKeys 512 -> 1200; branch keys-m-splits), the timeline probe at
+# The forty-first session's third device call (never ran: no machine started): v3's split rule with
+# the CTA cost measured in the first (kMlaAttentionKeysMCtaCostKeys 512 -> 1200; branch keys-m-splits), the timeline probe at
 # verify 8 B128 1k, then the dyncol check (tools/prepared/s64-dyncol-gpu.sh). .gpu-var/spl2 is a build
 # of main at ed87d45 (the rule as landed; the branch keys-m-splits at 8b3c4ef is the same code),
 # .gpu-var/main one of 9897f96 (before it).
