@@ -183,12 +183,14 @@ void add_mla_attention_benches(Registry& r) {
   // v3 (fp8 cache and q, P rounded once) at forced split counts ("mla_attention_splits/...-sp<n>")
   // on the H 96 batches whose row tiles leave SMs idle in the plan's one wave: the measurement
   // behind mla_attention_keys_m_splits (its choices at 8k / 16k / 32k: 1 / 4 / 4 splits for B 32
-  // decode and verify 2 and B 8 verify 8, 2 for B 32 verify 4, 2 / 2 / 5 for B 8 verify 4).
+  // decode and verify 2 and B 8 verify 8, 2 for B 32 verify 4, 2 / 5 / 5 for B 8 verify 4).
   const std::pair<int64_t, int64_t> h96_batches[] = {{1, 32}, {2, 32}, {4, 32}, {4, 8}, {8, 8}};  // (q_len, B)
   for (const auto& [q_len, B] : h96_batches)
     for (const int64_t ctx : {8192, 16384, 32768})
       for (const int32_t splits : {1, 2, 4, 5, 8})
         add(DType::fp8_e4m3, DType::fp8_e4m3, 96, q_len, B, ctx, automatic, fast, ops::MlaAttentionSchedule::automatic, splits);
+  // Their automatic count at 16k, off the grid (8k and 32k are on it), beside the forced ones.
+  for (const auto& [q_len, B] : h96_batches) add(DType::fp8_e4m3, DType::fp8_e4m3, 96, q_len, B, 16384, automatic, fast);
   // v4 (the bf16 cache) at forced counts on the one-wave H 96 shapes at 8k, where its own balance
   // keeps splits of 4096+ keys (96 CTAs at verify 4 B8: 0.83x of FlashMLA) and its flattened runs
   // measured slower with runs under 4096 keys: how short a split pays on v4.
