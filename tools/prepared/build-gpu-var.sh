@@ -3,16 +3,14 @@
 # (git-ignored; a new checkout has none): each from a scratch worktree under $TMPDIR, stripped.
 #   .gpu-var/main        kestrel-bench of BASE (default 9897f96: before v3's balanced split count)
 #   .gpu-var/spl2        kestrel-bench + kestrel-tests of HEAD
-#   .gpu-var/dcol        kestrel-bench + kestrel-tests of HEAD with s64-dyncol.patch
-#   .gpu-var/dcolmut     kestrel-tests of the same with its mutation cuda_mla_seesaw64_dyn_column
 #   .gpu-var/tl          kestrel-bench of HEAD with s64-cta-timeline.patch (the probe)
 # and, with BUNDLE=1, .gpu-var/bundle-HEAD.tar.xz: scripts/gpu-bundle of HEAD (19 mutants, ~6 min more
 # on 2 cores), to copy to the repository root as .gpu-bin.tar.xz for `PREBUILT=.gpu-bin
-# scripts/gpu-check`. About 15 minutes on 2 cores without the bundle. ONLY="main tl" builds some.
+# scripts/gpu-check`. About 10 minutes on 2 cores without the bundle. ONLY="main tl" builds some.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=$PWD BASE=${BASE:-9897f96} T=${TMPDIR:-/tmp}/kestrel-gpu-var
-ONLY=${ONLY:-main spl2 dcol tl}
+ONLY=${ONLY:-main spl2 tl}
 mkdir -p .gpu-var "$T"
 tree() {  # tree NAME REV [PATCH...]: a clean worktree at REV with the patches applied, configured
   local dir=$T/$1 rev=$2; shift 2
@@ -31,13 +29,9 @@ for what in $ONLY; do
     main) tree main "$BASE" && ninja -C "$T/main/build" kestrel-bench >/dev/null && put main "$T/main/build/kestrel-bench" ;;
     spl2) tree spl2 HEAD && ninja -C "$T/spl2/build" kestrel-bench kestrel-tests >/dev/null &&
             put spl2 "$T/spl2/build/kestrel-bench" "$T/spl2/build/kestrel-tests" ;;
-    dcol) tree dcol HEAD tools/prepared/s64-dyncol.patch && ninja -C "$T/dcol/build" kestrel-bench kestrel-tests >/dev/null &&
-            put dcol "$T/dcol/build/kestrel-bench" "$T/dcol/build/kestrel-tests" &&
-            git -C "$T/dcol" apply tests/mutations/cuda_mla_seesaw64_dyn_column.patch &&
-            ninja -C "$T/dcol/build" kestrel-tests >/dev/null && put dcolmut "$T/dcol/build/kestrel-tests" ;;
     tl) tree tl HEAD tools/prepared/s64-cta-timeline.patch && ninja -C "$T/tl/build" kestrel-bench >/dev/null &&
           put tl "$T/tl/build/kestrel-bench" ;;
-    *) echo "build-gpu-var: ONLY names main, spl2, dcol or tl, got '$what'" >&2; exit 2 ;;
+    *) echo "build-gpu-var: ONLY names main, spl2 or tl, got '$what'" >&2; exit 2 ;;
   esac || { echo "build-gpu-var: $what failed (its worktree: $T/$what)" >&2; exit 1; }
 done
 if [ -n "${BUNDLE:-}" ]; then

@@ -6,7 +6,7 @@
 # verify 8 B128 1k, then the dyncol check (tools/prepared/s64-dyncol-gpu.sh). .gpu-var/spl2 is a build
 # of main at ed87d45 (the rule as landed; the branch keys-m-splits at 8b3c4ef is the same code),
 # .gpu-var/main one of 9897f96 (before it).
-# Carry [".gpu-var/main", ".gpu-var/spl2", ".gpu-var/dcol", ".gpu-var/dcolmut", ".gpu-var/tl", ".peers/flashmla-bench"].
+# Carry [".gpu-var/main", ".gpu-var/spl2", ".gpu-var/tl", ".peers/flashmla-bench"].
 source "$(dirname "$0")/job-lib.sh"
 S2=.gpu-var/spl2
 step unit 90 $S2/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMBalancedSplitsAreTaken:MlaAttentionRule.*:MlaAttentionCpu.CudaSplits*' --gtest_brief=1
@@ -32,4 +32,4 @@ c=verify8-B128-ctx1024-H128-bf16-fastP
 timeout 60 .gpu-var/tl/kestrel-bench --reps 3 --warmup 1 --no-ceilings --filter "mla_attention/$c" > "$OUT/z/tl-$c.txt" 2>&1
 echo "== timeline $c (rc=$?)"
 python3 tools/cta_timeline.py "$OUT/z/tl-$c.txt" 2>&1 | head -40
-[ -n "${SHORT:-}" ] || bash tools/prepared/s64-dyncol-gpu.sh   # SHORT=1: not the dyncol check
+# (It then ran the dyncol check, tools/prepared/s64-dyncol-gpu.sh, removed since: 8929b78's tree.)
