@@ -180,6 +180,12 @@ void add_mla_attention_benches(Registry& r) {
           for (const auto schedule : {ops::MlaAttentionSchedule::flat, ops::MlaAttentionSchedule::uniform})
             add(DType::bf16, DType::bf16, H, q_len, B, ctx, ops::MlaAttentionKernel::wgmma_seesaw64, fast, schedule);
         }
+  // And at 4k and 16k on the H 96 batches whose uniform grid is one wave of 96 CTAs (B 32 verify 2,
+  // B 8 verify 4 and 8): where the one-wave region of mla_attention_seesaw64_flat_wins ends.
+  for (const auto& [q_len, B] : {std::pair<int64_t, int64_t>{2, 32}, {4, 8}, {8, 8}})
+    for (const int64_t ctx : {4096, 16384})
+      for (const auto schedule : {ops::MlaAttentionSchedule::flat, ops::MlaAttentionSchedule::uniform})
+        add(DType::bf16, DType::bf16, 96, q_len, B, ctx, ops::MlaAttentionKernel::wgmma_seesaw64, fast, schedule);
   // v3 (fp8 cache and q, P rounded once) at forced split counts ("mla_attention_splits/...-sp<n>")
   // on the H 96 batches whose row tiles leave SMs idle in the plan's one wave: the measurement
   // behind mla_attention_keys_m_splits (its choices at 8k / 16k / 32k: 1 / 4 / 4 splits for B 32

@@ -297,8 +297,11 @@ TEST(MlaAttentionRule, Seesaw64FlatPlanCoversEveryTileOnce) {
 
 // When `automatic` takes v4's flattened runs (mla_attention_seesaw64_flat_wins), on the grid
 // at 132 SMs: the five shapes whose uniform splits run 2.9 waves without walking (measured 1.07-
-// 1.15x faster flattened, H100, thirty-third session) take it; one wave (B 32 decode and verify 2
-// at H 96), a walked batch (B 128) and B 8 verify 2 at H 96 (120 CTAs) keep the uniform splits.
+// 1.15x faster flattened, H100, thirty-third session) and those whose one wave is 96 CTAs (B 8
+// verify 4 / 8, B 32 verify 2, H 96) at 8k and 16k take it (forty-second session); a nearly full
+// wave (B 32 decode at H 96: 128 CTAs; B 8 verify 2 at H 96: 120), a walked batch (B 128), one
+// split of 4096 keys (the 96-CTA shapes at 4k: 0.89-0.95x) and runs of 1k keys keep the uniform
+// splits.
 TEST(MlaAttentionRule, Seesaw64FlatScheduleWhereMeasuredFaster) {
   const auto takes = [](int64_t B, int64_t row_tiles, int64_t kv_len) {
     const int64_t splits = mla_attention_seesaw64_splits(B, row_tiles, kv_len, 132, mla_attention_num_splits(B, row_tiles, kv_len, 132));
@@ -309,9 +312,17 @@ TEST(MlaAttentionRule, Seesaw64FlatScheduleWhereMeasuredFaster) {
   EXPECT_TRUE(takes(32, 3, 32768));   // verify 2, B 32 at 32k: 1.08x
   EXPECT_TRUE(takes(32, 6, 32768));   // verify 4, B 32 at 32k: 1.12x
   EXPECT_TRUE(takes(8, 12, 32768));   // verify 8, B 8 at 32k: 1.07x
-  EXPECT_FALSE(takes(32, 2, 8192));   // decode H 96, B 32 at 8k, one wave: 0.89x
-  EXPECT_FALSE(takes(32, 3, 8192));   // verify 2, 96 CTAs: 0.98x
+  EXPECT_TRUE(takes(8, 6, 8192));     // verify 4, B 8 at 8k, 96 CTAs of 2 splits, runs of 3008 keys: 1.085x
+  EXPECT_TRUE(takes(8, 6, 16384));    // and at 16k: 1.16x
+  EXPECT_TRUE(takes(8, 12, 8192));    // verify 8, B 8, 96 CTAs of one split, runs of 6016 keys: 1.10x
+  EXPECT_TRUE(takes(8, 12, 16384));   // 1.09x
+  EXPECT_TRUE(takes(32, 3, 8192));    // verify 2, B 32, 96 CTAs: 1.01x
+  EXPECT_TRUE(takes(32, 3, 16384));   // 1.09x
+  EXPECT_FALSE(takes(8, 12, 4096));   // one split of 4096 keys against runs of 3008: 0.95x
+  EXPECT_FALSE(takes(32, 3, 4096));   // 0.89x
+  EXPECT_FALSE(takes(32, 2, 8192));   // decode H 96, B 32 at 8k, 128 CTAs: 0.89x
   EXPECT_FALSE(takes(8, 3, 8192));    // verify 2, B 8, 120 CTAs: 0.85x
+  EXPECT_FALSE(takes(8, 12, 1024));   // verify 8, B 8 at 1k, 96 CTAs: runs of 768 keys
   EXPECT_FALSE(takes(128, 12, 8192)); // verify 8, B 128: walked
   EXPECT_FALSE(takes(128, 2, 1024));  // decode, B 128 at 1k: walked, runs of 1k
   // Past one wave but runs of fewer than kMlaAttentionSeesaw64MinSplitKeys keys: not taken.
@@ -321,6 +332,24 @@ TEST(MlaAttentionRule, Seesaw64FlatScheduleWhereMeasuredFaster) {
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(40, 6, 2, 132, f));
   EXPECT_TRUE(mla_attention_seesaw64_flat_wins(40, 6, 2, 132, mla_attention_seesaw64_flat_plan(40, 6, 8192, 132)));
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(40, 6, 1, 132, mla_attention_seesaw64_flat_plan(40, 6, 8192, 132)));  // walked
+  // One wave: taken where at least an eighth of the SMs would idle (108 of 132 CTAs; 120 keep the
+  // uniform splits), with runs of at least kMlaAttentionSeesaw64MinSplitKeys keys over one split,
+  // or kMlaAttentionSeesaw64FlatIdleMinKeys over splits.
+  const MlaFlatPlan one = mla_attention_seesaw64_flat_plan(9, 12, 8192, 132), nearly_full = mla_attention_seesaw64_flat_plan(10, 12, 8192, 132);
+  ASSERT_GT(one.parts, 0);
+  ASSERT_GT(nearly_full.parts, 0);
+  ASSERT_GE(64 * nearly_full.run, kMlaAttentionSeesaw64FlatIdleMinKeys);
+  EXPECT_TRUE(mla_attention_seesaw64_flat_wins(9, 12, 1, 132, one));             // 108 CTAs
+  EXPECT_FALSE(mla_attention_seesaw64_flat_wins(10, 12, 1, 132, nearly_full));   // 120 CTAs
+  const MlaFlatPlan runs_3008 = mla_attention_seesaw64_flat_plan(8, 12, 4096, 132);  // 96 row tiles
+  ASSERT_GT(runs_3008.parts, 0);
+  ASSERT_EQ(64 * runs_3008.run, 3008);
+  EXPECT_FALSE(mla_attention_seesaw64_flat_wins(8, 12, 1, 132, runs_3008));  // one split: runs under 4096 keys
+  EXPECT_TRUE(mla_attention_seesaw64_flat_wins(8, 6, 2, 132, mla_attention_seesaw64_flat_plan(8, 6, 8192, 132)));  // 3008 over splits
+  const MlaFlatPlan runs_1472 = mla_attention_seesaw64_flat_plan(8, 6, 4096, 132);
+  ASSERT_GT(runs_1472.parts, 0);
+  ASSERT_LT(64 * runs_1472.run, kMlaAttentionSeesaw64FlatIdleMinKeys);
+  EXPECT_FALSE(mla_attention_seesaw64_flat_wins(8, 6, 2, 132, runs_1472));  // over splits, runs under 2048 keys
 }
 
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at

@@ -276,23 +276,22 @@ TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   EXPECT_TRUE(launched(run(one_wave, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
 }
 
-// v4's balanced split (mla_attention_seesaw64_splits): 32 sequences of 8k keys at H 384 are 192
-// row tiles, 1.45 waves on 132 SMs; two splits in three waves cost less than two walked waves, so
-// the uniform schedule launches v4 and the combine. That grid runs past one wave without walking,
-// where `automatic` takes the flattened runs instead (mla_attention_seesaw64_flat_wins). Both
-// match v2 on the same call (one split there, a CTA per row tile) within the fast precision's
-// rounding: a split or a run that lost or doubled keys would be off by the outputs' own size.
-// Outputs poisoned before each call.
-TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) {
+// v4's schedules on one batch of B sequences of 8k keys at H heads (decode, 64-row tiles): the rule's
+// split count and whether `automatic` takes the flattened runs (mla_attention_seesaw64_flat_wins),
+// asserted at 132 SMs as `splits_132` / `flat_132` and from the launch log on any card. Automatic
+// and forced uniform splits both match v2 on the same call (one split there, a CTA per row tile)
+// within the fast precision's rounding: a split or a run that lost or doubled keys would be off
+// by the outputs' own size. Outputs poisoned before each call.
+void expect_v4_schedules_match_v2(int64_t B, int64_t H, int64_t splits_132, bool flat_132) {
   const int64_t sms = kestrel::ops::cuda::num_sms();
-  Problem p = make(64, DType::bf16, std::vector<int32_t>(32, 8192), 52, 384);
-  const int64_t row_tiles = 6, kv_len = p.max_pages() * 64;
+  Problem p = make(64, DType::bf16, std::vector<int32_t>(static_cast<size_t>(B), 8192), 52 + static_cast<uint64_t>(B), H);
+  const int64_t row_tiles = (H + 63) / 64, kv_len = p.max_pages() * 64;
   const int64_t splits =
-      mla_attention_seesaw64_splits(32, row_tiles, kv_len, sms, mla_attention_num_splits(32, row_tiles, kv_len, sms));
-  const bool flat = mla_attention_seesaw64_flat_wins(32, row_tiles, splits, sms, mla_attention_seesaw64_flat_plan(32, row_tiles, kv_len, sms));
+      mla_attention_seesaw64_splits(B, row_tiles, kv_len, sms, mla_attention_num_splits(B, row_tiles, kv_len, sms));
+  const bool flat = mla_attention_seesaw64_flat_wins(B, row_tiles, splits, sms, mla_attention_seesaw64_flat_plan(B, row_tiles, kv_len, sms));
   if (sms == 132) {
-    EXPECT_EQ(splits, 2);
-    EXPECT_TRUE(flat);
+    EXPECT_EQ(splits, splits_132);
+    EXPECT_EQ(flat, flat_132);
   }
   const auto run_v4 = [&](MlaAttentionSchedule schedule) {
     poison_outputs(p);
@@ -316,6 +315,16 @@ TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) {
   expect_fast_outputs_agree(o_auto, lse_auto, o2, lse2, "automatic");
   expect_fast_outputs_agree(o_uni, lse_uni, o2, lse2, "uniform splits");
 }
+
+// v4's balanced split (mla_attention_seesaw64_splits): 32 sequences at H 384 are 192 row tiles,
+// 1.45 waves on 132 SMs; two splits in three waves cost less than two walked waves, so the uniform
+// schedule launches v4 and the combine. That grid runs past one wave without walking, where
+// `automatic` takes the flattened runs instead.
+TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) { expect_v4_schedules_match_v2(32, 384, 2, true); }
+
+// One wave that leaves a quarter of the SMs idle: 8 sequences at H 768 (B 8 H 96 verify 8) are 96
+// row tiles, one split; `automatic` takes 11 flattened runs a row tile (132 CTAs of 6016 keys).
+TEST_F(MlaAttentionCuda, Seesaw64OneWaveIdleTakesFlatRuns) { expect_v4_schedules_match_v2(8, 768, 1, true); }
 
 // v4's flattened schedule (MlaAttentionSchedule::flat; the rule mla_attention_seesaw64_flat_plan):
 // 30 ragged sequences (0 to 4,100 keys, some within one run, some cut across two or three) at H 384

@@ -216,14 +216,26 @@ struct MlaFlatPlan {
 };
 MlaFlatPlan mla_attention_seesaw64_flat_plan(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
 // Whether `automatic` takes the flattened plan f over v4's uniform split count `splits`, as
-// measured (H100, thirty-third session; docs/perf.md): where the uniform grid runs more than one
-// wave of CTAs without walking the batch (batch x row_tiles x splits > num_sms, splits > 1), and
-// each run streams at least kMlaAttentionSeesaw64MinSplitKeys keys. There the flattened runs took
-// 1.07-1.15x (B 8 / 32 at 8k / 32k, H 96: 384 CTAs in 2.9 waves); on one wave it was 0.83-1.05x,
-// against a walked batch 0.74-1.10x, and with runs under 4096 keys 0.59-0.86x.
+// measured (H100; docs/perf.md), in two regions:
+// - the uniform grid runs more than one wave of CTAs without walking the batch (batch x row_tiles
+//   x splits > num_sms, splits > 1), and each run streams at least kMlaAttentionSeesaw64MinSplitKeys
+//   keys: 1.07-1.15x (thirty-third session; B 8 / 32 at 8k / 32k, H 96: 384 CTAs in 2.9 waves);
+// - the uniform grid is one wave that leaves at least an eighth of the SMs idle (8 x CTAs <= 7 x
+//   num_sms; B 8 verify 4 / 8 and B 32 verify 2 at H 96: 96 CTAs of 132), and each run streams at
+//   least kMlaAttentionSeesaw64MinSplitKeys keys, or kMlaAttentionSeesaw64FlatIdleMinKeys where
+//   the uniform grid splits already (it pays a combine too): forty-second session, 1.01-1.10x at
+//   8k (runs of 6016 keys; verify 4 B8, 2 splits against runs of 3008: 1.085x) and 1.09-1.16x at
+//   16k, but 0.89-0.95x at 4k (one split of 4096 keys against runs of 3008 and the combine).
+// Elsewhere the uniform splits stay: on a nearly full wave the flattened runs measured 0.83-1.05x
+// (thirty-third session), against a walked batch 0.74-1.10x, and with runs of ~1k keys 0.59-0.86x.
+inline constexpr int64_t kMlaAttentionSeesaw64FlatIdleMinKeys = 2048;
 constexpr bool mla_attention_seesaw64_flat_wins(int64_t batch, int64_t row_tiles, int64_t splits, int64_t num_sms,
                                                 const MlaFlatPlan& f) {
-  return f.parts > 0 && splits > 1 && batch * row_tiles * splits > num_sms && 64 * f.run >= kMlaAttentionSeesaw64MinSplitKeys;
+  if (f.parts <= 0) return false;
+  const int64_t ctas = batch * row_tiles * splits, run_keys = 64 * f.run;
+  if (splits > 1 && ctas > num_sms) return run_keys >= kMlaAttentionSeesaw64MinSplitKeys;
+  if (8 * ctas > 7 * num_sms) return false;  // (one wave, so no walk)
+  return run_keys >= (splits > 1 ? kMlaAttentionSeesaw64FlatIdleMinKeys : kMlaAttentionSeesaw64MinSplitKeys);
 }
 // In the callers' integer type: int64_t on the host, int in the kernels (the host checks batch x
 // tiles < 2^31 before it takes the plan), one definition for both.
