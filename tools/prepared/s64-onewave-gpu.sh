@@ -11,7 +11,8 @@
 #      three shapes.
 # Predicted: if the first item's extra time is instruction fetch (its epilogue and prologue code
 # run once a CTA here), v4's `no_instruction` stalls are a visible share (> 5%) and FlashMLA's are
-# not; if it is the cold Q / KV loads, `long_scoreboard` grows instead. Either way the pairs' share
+# not (measured here without a GPU: v4's four kernels are 204-214 KB of SASS each, FlashMLA's
+# splitkv kernel 120 KB: the .text sections of `nvcc -cubin` at sm_90a, read with readelf); if it is the cold Q / KV loads, `long_scoreboard` grows instead. Either way the pairs' share
 # against FlashMLA's says how much is the per-tile cost.
 # Built here first: `ONLY="spl2 tl" bash tools/prepared/build-gpu-var.sh` and
 # `scripts/build-peer-flashmla` (its header). Carry [".gpu-var/spl2", ".gpu-var/tl", ".peers/flashmla-bench"].
