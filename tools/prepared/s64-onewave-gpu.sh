@@ -23,21 +23,21 @@ for s in verify8-B8-ctx8192-H96 verify4-B8-ctx8192-H96; do
   python3 tools/cta_timeline.py "$OUT/z/tl-$s.txt" 2>&1 | head -16
 done
 c=verify4-B8-ctx8192-H96-bf16-fastP
-stalls() {  # name, kernel regex, command...
-  local name=$1 kernel=$2; shift 2
-  timeout 120 ncu --section WarpStateStats --section SpeedOfLight -k "regex:$kernel" --launch-skip 2 -c 1 \
-    -o "$OUT/z/$name" -f "$@" > "$OUT/z/$name.ncu.log" 2>&1
-  echo "== stalls $name (rc=$?)"
-  ncu --import "$OUT/z/$name.ncu-rep" --page raw --csv 2>/dev/null > "$OUT/z/$name-raw.csv"
-  ncu --import "$OUT/z/$name.ncu-rep" --page details 2>&1 | grep -E "Duration|Warp Cycles Per Issued|Stall" | head -12
+stalls() {  # name, kernel regex, command...: one launch (after two), its report kept in $OUT/z
+  step "ncu-$1" 120 ncu --section WarpStateStats --section SpeedOfLight -k "regex:$2" --launch-skip 2 -c 1 -o "$OUT/z/$1" -f "${@:3}"
+  ncu --import "$OUT/z/$1.ncu-rep" --page raw --csv 2>/dev/null > "$OUT/z/$1-raw.csv"
+  ncu --import "$OUT/z/$1.ncu-rep" --page details 2>&1 | grep -E "Duration|Warp Cycles Per Issued|Stall" | head -12
+}
+durations() {  # who, command...: each kernel's time over four launches (after four)
+  local who=$1; shift
+  timeout 90 ncu --print-kernel-base function --metrics gpu__time_duration.sum --launch-skip 4 -c 4 "$@" 2>&1 |
+    grep -E "^  [a-z_].*\(|gpu__time_duration" | paste - - | awk -v w="$who" '{print w, $1, $(NF)}'
 }
 stalls ours seesaw64 .gpu-var/spl2/kestrel-bench --reps 5 --no-ceilings --filter "mla_attention/$c"
 stalls flashmla flash_fwd_splitkv .peers/flashmla-bench --grid --reps 5 --filter "$c"
 for s in verify4-B8-ctx8192-H96 verify8-B8-ctx8192-H96 verify2-B32-ctx8192-H96; do
-  timeout 90 ncu --print-kernel-base function --metrics gpu__time_duration.sum --launch-skip 4 -c 4 .gpu-var/spl2/kestrel-bench --reps 5 --no-ceilings \
-    --filter "mla_attention/$s-bf16-fastP" 2>&1 | grep -E "^  [a-z_].*\(|gpu__time_duration" | paste - - | awk '{print "ours", $1, $(NF)}'
-  timeout 90 ncu --print-kernel-base function --metrics gpu__time_duration.sum --launch-skip 4 -c 4 .peers/flashmla-bench --grid --reps 5 \
-    --filter "$s-bf16-fastP" 2>&1 | grep -E "^  [a-z_].*\(|gpu__time_duration" | paste - - | awk '{print "flashmla", $1, $(NF)}'
+  durations ours .gpu-var/spl2/kestrel-bench --reps 5 --no-ceilings --filter "mla_attention/$s-bf16-fastP"
+  durations flashmla .peers/flashmla-bench --grid --reps 5 --filter "$s-bf16-fastP"
 done
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
