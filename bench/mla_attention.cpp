@@ -198,8 +198,8 @@ void add_mla_attention_benches(Registry& r) {
   // Their automatic count at 16k, off the grid (8k and 32k are on it), beside the forced ones.
   for (const auto& [q_len, B] : h96_batches) add(DType::fp8_e4m3, DType::fp8_e4m3, 96, q_len, B, 16384, automatic, fast);
   // v4 (the bf16 cache) at forced counts on the one-wave H 96 shapes at 8k, where its own balance
-  // keeps splits of 4096+ keys (96 CTAs at verify 4 B8: 0.83x of FlashMLA) and its flattened runs
-  // measured slower with runs under 4096 keys: how short a split pays on v4.
+  // keeps splits of 4096+ keys (96 CTAs at verify 4 B8): how short a split pays on v4. (These
+  // shapes now take the flattened runs: mla_attention_seesaw64_flat_wins.)
   const std::pair<int64_t, int64_t> h96_bf16[] = {{1, 32}, {2, 32}, {4, 8}, {8, 8}};  // (q_len, B)
   for (const auto& [q_len, B] : h96_bf16)
     for (const int32_t splits : {1, 2, 3, 4, 5, 8})

@@ -194,16 +194,16 @@ TEST(MlaAttentionRule, Seesaw64SplitsBalanceTheWaves) {
 // v3's split count (pure, docs/ops/mla_attention.md) on 132 SMs: v4's balance with splits of
 // 1024 keys or more and no walk. The H 96 batches whose row tiles leave SMs idle rebalance.
 TEST(MlaAttentionRule, KeysMSplitsBalanceTheWaves) {
-  // B 32 H 96 decode (3 tiles of 32 rows) and verify 2 (3 of 64): 96 CTAs on 132 SMs; from 16k keys
-  // 4 splits, 3 waves (at 8k the three CTA costs outweigh the idle SMs: measured 0.976x).
+  // B 32 H 96 decode (3 tiles of 32 rows) and verify 2 (3 of 64): 96 CTAs on 132 SMs; from ~11k
+  // keys 4 splits, 3 waves (at 8k the three CTA costs outweigh the idle SMs: measured 0.976x).
   EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 8192, 132, 1), 1);
   EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 16384, 132, 1), 4);
   EXPECT_EQ(mla_attention_keys_m_splits(32, 3, 32768, 132, 1), 4);
   // B 32 H 96 verify 4 (192 tiles): two waves, the second half empty; 2 splits fill 3 waves.
   EXPECT_EQ(mla_attention_keys_m_splits(32, 6, 8192, 132, 1), 2);
   EXPECT_EQ(mla_attention_keys_m_splits(32, 6, 32768, 132, 1), 2);
-  // B 8 H 96 verify 4 (48 tiles, the plan's 2 splits on 96 SMs): 5 splits in two waves from 16k
-  // (measured 1.10x there; at 8k 1.05x, under the 15/16 margin). Verify 8 (96 tiles): from 16k.
+  // B 8 H 96 verify 4 (48 tiles, the plan's 2 splits on 96 SMs): 5 splits in two waves from ~15k
+  // (measured 1.10x at 16k; at 8k 1.05x, under the 15/16 margin). Verify 8 (96 tiles): from ~11k.
   EXPECT_EQ(mla_attention_keys_m_splits(8, 6, 8192, 132, 2), 2);
   EXPECT_EQ(mla_attention_keys_m_splits(8, 6, 16384, 132, 2), 5);
   EXPECT_EQ(mla_attention_keys_m_splits(8, 6, 32768, 132, 2), 5);
@@ -346,10 +346,10 @@ TEST(MlaAttentionRule, Seesaw64FlatScheduleWhereMeasuredFaster) {
   ASSERT_EQ(64 * runs_3008.run, 3008);
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(8, 12, 1, 132, runs_3008));  // one split: runs under 4096 keys
   EXPECT_TRUE(mla_attention_seesaw64_flat_wins(8, 6, 2, 132, mla_attention_seesaw64_flat_plan(8, 6, 8192, 132)));  // 3008 over splits
-  const MlaFlatPlan runs_1472 = mla_attention_seesaw64_flat_plan(8, 6, 4096, 132);
-  ASSERT_GT(runs_1472.parts, 0);
-  ASSERT_LT(64 * runs_1472.run, kMlaAttentionSeesaw64FlatIdleMinKeys);
-  EXPECT_FALSE(mla_attention_seesaw64_flat_wins(8, 6, 2, 132, runs_1472));  // over splits, runs under 2048 keys
+  const MlaFlatPlan runs_1536 = mla_attention_seesaw64_flat_plan(8, 6, 4096, 132);
+  ASSERT_GT(runs_1536.parts, 0);
+  ASSERT_LT(64 * runs_1536.run, kMlaAttentionSeesaw64FlatIdleMinKeys);
+  EXPECT_FALSE(mla_attention_seesaw64_flat_wins(8, 6, 2, 132, runs_1536));  // over splits, runs under 2048 keys
 }
 
 // The split count (pure, docs/ops/mla_attention.md) on 132 SMs: one wave of CTAs, splits of at

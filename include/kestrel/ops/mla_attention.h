@@ -183,10 +183,11 @@ int64_t mla_attention_seesaw64_splits(int64_t batch, int64_t row_tiles, int64_t 
 // (v3's grid is always row tiles x splits x sequences). The plan's one wave leaves a third of the
 // SMs idle where a batch has 96 row tiles (B 32 H 96 decode and verify 2, B 8 H 96 verify 8) and
 // a half-empty second wave at 192 (B 32 H 96 verify 4); these take 4 splits from ~11k keys and 2
-// from ~3k, and 48 tiles (B 8 H 96 verify 4) 5 from ~15k. The CTA's cost, 1000 keys, is fitted to forced counts on an H100 (15 shapes at 8k, 16k
-// and 32k, counts 1, 2, 4, 5, 8; docs/ops/mla_attention.md): more than v4's 512, so 8k keys stay
-// one wave at 96 tiles, and less than the 1200 of three shape pairs, which kept B 8 H 96 verify 4
-// (48 tiles) at 2 splits at 16k where 5 measured 1.10x.
+// from ~3k, and 48 tiles (B 8 H 96 verify 4) 5 from ~15k. The CTA's cost, 1000 keys, is fitted to
+// forced counts on an H100 (15 shapes at 8k, 16k and 32k, counts 1, 2, 4, 5, 8;
+// docs/ops/mla_attention.md): more than v4's 512, so 8k keys stay one wave at 96 tiles, and less
+// than the 1200 of three shape pairs, which kept B 8 H 96 verify 4 (48 tiles) at 2 splits at 16k
+// where 5 measured 1.10x.
 inline constexpr int64_t kMlaAttentionKeysMMinSplitKeys = 1024;
 inline constexpr int64_t kMlaAttentionKeysMCtaCostKeys = 1000;
 int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits);
