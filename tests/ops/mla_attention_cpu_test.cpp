@@ -239,7 +239,8 @@ TEST(MlaAttentionRule, KeysMSplitsBalanceTheWaves) {
 
 // v4's flattened schedule (pure): every planned tile of every sequence lies in exactly one
 // part's run, each sequence's segments take slots 0 .. n(b) - 1 in order, a sequence of one
-// segment is whole, and the grid is one wave. Random shapes, then two pinned ones.
+// segment is whole, the grid is one wave, no part goes without an item, and no part streams more
+// than its run less the leads of the sequences it starts. Random shapes, then pinned ones.
 TEST(MlaAttentionRule, Seesaw64FlatPlanCoversEveryTileOnce) {
   std::mt19937_64 rng(3201);
   int taken = 0;
@@ -257,40 +258,57 @@ TEST(MlaAttentionRule, Seesaw64FlatPlanCoversEveryTileOnce) {
     std::vector<int> seen(static_cast<size_t>(B * f.tiles), 0);
     std::vector<int64_t> next_slot(static_cast<size_t>(B), 0), max_slots(1, 0);
     int64_t most = 0;
+    ASSERT_TRUE(f.lead == kMlaAttentionSeesaw64FlatLeadTiles || f.lead == 0) << what;
+    ASSERT_GT(f.run, f.lead) << what;
+    const int64_t v = f.tiles + f.lead;
     for (int64_t z = 0; z < f.parts; ++z) {  // the kernel's loop (for_each_item)
-      const int64_t g0 = z * f.run, g1 = std::min(g0 + f.run, B * f.tiles);
-      for (int64_t b = g0 / f.tiles; b * f.tiles < g1; ++b) {
-        const int64_t lo = std::max<int64_t>(g0 - b * f.tiles, 0), hi = std::min<int64_t>(g1 - b * f.tiles, f.tiles);
-        const int64_t slot = z - mla_flat_first_part(b, f.tiles, f.run), n = mla_flat_segments(b, f.tiles, f.run);
+      const int64_t g0 = z * f.run, g1 = std::min(g0 + f.run, B * v);
+      int64_t items = 0, streamed = 0, starts = 0;
+      for (int64_t b = g0 / v; b * v + f.lead < g1; ++b) {
+        const int64_t lo = std::max<int64_t>(g0 - b * v - f.lead, 0), hi = std::min<int64_t>(g1 - b * v - f.lead, f.tiles);
+        const int64_t slot = z - mla_flat_first_part(b, f.tiles, f.lead, f.run), n = mla_flat_segments(b, f.tiles, f.lead, f.run);
         ASSERT_EQ(slot, next_slot[b]) << what << ": sequence " << b;
         ASSERT_LT(slot, n) << what;
+        ASSERT_LT(lo, hi) << what << ": part " << z << " sequence " << b;
         ++next_slot[b];
         if (n == 1) {
           ASSERT_EQ(lo, 0) << what;
           ASSERT_EQ(hi, f.tiles) << what;
         }
         for (int64_t t = lo; t < hi; ++t) ++seen[b * f.tiles + t];
+        ++items;
+        streamed += hi - lo;
+        starts += b * v >= g0;
       }
+      ASSERT_GT(items, 0) << what << ": part " << z;
+      ASSERT_LE(streamed + f.lead * starts, f.run) << what << ": part " << z;
     }
     for (int64_t b = 0; b < B; ++b) {
-      ASSERT_EQ(next_slot[b], mla_flat_segments(b, f.tiles, f.run)) << what << ": sequence " << b;
+      ASSERT_EQ(next_slot[b], mla_flat_segments(b, f.tiles, f.lead, f.run)) << what << ": sequence " << b;
       most = std::max(most, next_slot[b]);
     }
     ASSERT_EQ(most, f.slots) << what;
     for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << what << ": tile " << i;
   }
   EXPECT_GT(taken, 100);
-  // B 8 at 8k keys, H 96 verify 4 (6 row tiles) on 132 SMs: 22 parts of 47 tiles (the uniform
-  // plan: 96 CTAs); B 128 H 128 decode at 8k: 66 parts of 249 tiles (against 2 walked sequences
-  // of 128). One row tile a sequence at one part: not taken.
+  // B 8 at 8k keys, H 96 verify 4 (6 row tiles) on 132 SMs: 22 parts of 49 virtual tiles (8
+  // sequences of 128 tiles and a lead of 5; the uniform plan: 96 CTAs); B 128 H 128 decode at 8k:
+  // 66 parts of 258 (against 2 walked sequences of 128). One row tile a sequence at one part: not
+  // taken. Runs no longer than the lead: no leads.
   const MlaFlatPlan b8 = mla_attention_seesaw64_flat_plan(8, 6, 8192, 132);
   EXPECT_EQ(b8.parts, 22);
-  EXPECT_EQ(b8.run, 47);
+  EXPECT_EQ(b8.run, 49);
+  EXPECT_EQ(b8.lead, 5);
   EXPECT_EQ(b8.slots, 4);
+  EXPECT_EQ(mla_flat_run_keys(8, b8), 3008);
   const MlaFlatPlan b128 = mla_attention_seesaw64_flat_plan(128, 2, 8192, 132);
   EXPECT_EQ(b128.parts, 66);
-  EXPECT_EQ(b128.run, 249);
+  EXPECT_EQ(b128.run, 258);
   EXPECT_EQ(b128.slots, 2);
+  const MlaFlatPlan short_runs = mla_attention_seesaw64_flat_plan(2, 1, 256, 8);  // 8 tiles on 8 parts
+  EXPECT_EQ(short_runs.lead, 0);
+  EXPECT_EQ(short_runs.run, 1);
+  EXPECT_EQ(short_runs.parts, 8);
   EXPECT_EQ(mla_attention_seesaw64_flat_plan(4, 132, 8192, 132).parts, 0);
   EXPECT_EQ(mla_attention_seesaw64_flat_plan(132, 1, 8192, 132).parts, 0);  // one sequence a part: none cut
 }
@@ -328,7 +346,7 @@ TEST(MlaAttentionRule, Seesaw64FlatScheduleWhereMeasuredFaster) {
   // Past one wave but runs of fewer than kMlaAttentionSeesaw64MinSplitKeys keys: not taken.
   const MlaFlatPlan f = mla_attention_seesaw64_flat_plan(40, 6, 2048, 132);
   ASSERT_GT(f.parts, 0);
-  EXPECT_LT(64 * f.run, kMlaAttentionSeesaw64MinSplitKeys);
+  EXPECT_LT(mla_flat_run_keys(40, f), kMlaAttentionSeesaw64MinSplitKeys);
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(40, 6, 2, 132, f));
   EXPECT_TRUE(mla_attention_seesaw64_flat_wins(40, 6, 2, 132, mla_attention_seesaw64_flat_plan(40, 6, 8192, 132)));
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(40, 6, 1, 132, mla_attention_seesaw64_flat_plan(40, 6, 8192, 132)));  // walked
@@ -338,17 +356,17 @@ TEST(MlaAttentionRule, Seesaw64FlatScheduleWhereMeasuredFaster) {
   const MlaFlatPlan one = mla_attention_seesaw64_flat_plan(9, 12, 8192, 132), nearly_full = mla_attention_seesaw64_flat_plan(10, 12, 8192, 132);
   ASSERT_GT(one.parts, 0);
   ASSERT_GT(nearly_full.parts, 0);
-  ASSERT_GE(64 * nearly_full.run, kMlaAttentionSeesaw64FlatIdleMinKeys);
+  ASSERT_GE(mla_flat_run_keys(10, nearly_full), kMlaAttentionSeesaw64FlatIdleMinKeys);
   EXPECT_TRUE(mla_attention_seesaw64_flat_wins(9, 12, 1, 132, one));             // 108 CTAs
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(10, 12, 1, 132, nearly_full));   // 120 CTAs
   const MlaFlatPlan runs_3008 = mla_attention_seesaw64_flat_plan(8, 12, 4096, 132);  // 96 row tiles
   ASSERT_GT(runs_3008.parts, 0);
-  ASSERT_EQ(64 * runs_3008.run, 3008);
+  ASSERT_EQ(mla_flat_run_keys(8, runs_3008), 3008);
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(8, 12, 1, 132, runs_3008));  // one split: runs under 4096 keys
   EXPECT_TRUE(mla_attention_seesaw64_flat_wins(8, 6, 2, 132, mla_attention_seesaw64_flat_plan(8, 6, 8192, 132)));  // 3008 over splits
   const MlaFlatPlan runs_1536 = mla_attention_seesaw64_flat_plan(8, 6, 4096, 132);
   ASSERT_GT(runs_1536.parts, 0);
-  ASSERT_LT(64 * runs_1536.run, kMlaAttentionSeesaw64FlatIdleMinKeys);
+  ASSERT_LT(mla_flat_run_keys(8, runs_1536), kMlaAttentionSeesaw64FlatIdleMinKeys);
   EXPECT_FALSE(mla_attention_seesaw64_flat_wins(8, 6, 2, 132, runs_1536));  // over splits, runs under 2048 keys
 }
 

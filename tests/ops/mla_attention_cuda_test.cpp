@@ -327,8 +327,8 @@ TEST_F(MlaAttentionCuda, Seesaw64BalancedSplitsMatchV2) { expect_v4_schedules_ma
 TEST_F(MlaAttentionCuda, Seesaw64OneWaveIdleTakesFlatRuns) { expect_v4_schedules_match_v2(8, 768, 1, true); }
 
 // v4's flattened schedule (MlaAttentionSchedule::flat; the rule mla_attention_seesaw64_flat_plan):
-// 30 ragged sequences (0 to 4,100 keys, some within one run, some cut across two or three) at H 384
-// (6 row tiles): v4 and the combine launch, and o and lse match v2's (one split, a CTA per row
+// 30 ragged sequences (0 to 4,100 keys, some within one run, some cut across two or three; runs
+// that pay the leads) at H 384 (6 row tiles): v4 and the combine launch, and o and lse match v2's (one split, a CTA per row
 // tile) within the fast precision's rounding; the whole sequences' rows are written by the
 // attention kernel, which the combine must leave alone (it would merge unwritten slots), and the
 // cut ones by the combine. Outputs poisoned before each call. Then the same call with the uniform
@@ -348,6 +348,7 @@ TEST_F(MlaAttentionCuda, Seesaw64FlatScheduleMatchesV2) {
   const int64_t sms = kestrel::ops::cuda::num_sms();
   const MlaFlatPlan plan = mla_attention_seesaw64_flat_plan(30, 6, p.max_pages() * 64, sms);
   ASSERT_GT(plan.parts, 0) << "the plan must cut sequences for this test";
+  ASSERT_GT(plan.lead, 0) << "the plan's runs must pay the sequences' leads for this test";
   const auto flat_log = run_schedule(MlaAttentionKernel::wgmma_seesaw64, MlaAttentionSchedule::flat);
   EXPECT_TRUE(launched(flat_log, "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P> flat runs"));
   EXPECT_TRUE(launched(flat_log, "combine"));

@@ -205,17 +205,30 @@ constexpr bool mla_attention_seesaw64_o_boxes(int64_t kv_len, int64_t splits) {
 }
 
 // v4's flattened schedule (a pure plan, documented in docs/ops/mla_attention.md): every sequence
-// planned at T = ceil(kv_len / 64) tiles, the batch's B x T tiles in order cut into `parts` runs
-// of `run` tiles (the last shorter), one run per (row tile, part) CTA: grid (row_tiles, 1, parts),
-// parts = floor(num_sms / row_tiles). Sequence b's tiles [b T, b T + T) fall to parts
-// mla_flat_first_part(b) .. + mla_flat_segments(b) - 1; a sequence of one segment writes o itself,
-// one of more writes a partial per segment into workspace slot (part - first part), `slots` the
-// most any sequence has, and the combine merges those. parts = 0: not taken (fewer than two
-// parts, or no sequence cut: the uniform plan then does the same).
+// planned at T = ceil(kv_len / 64) tiles and charged `lead` tiles more for the start of an item
+// (kMlaAttentionSeesaw64FlatLeadTiles), so that sequence b holds the virtual tiles [b V, b V + V),
+// V = T + lead, its real tile k at b V + lead + k. The batch's B x V virtual tiles in order are
+// cut into `parts` runs of `run` (the last shorter), one run per (row tile, part) CTA: grid
+// (row_tiles, 1, parts), parts <= floor(num_sms / row_tiles). A run that takes a sequence's start
+// pays its lead out of its tiles, so CTAs of two items stream fewer keys than CTAs of one.
+// Sequence b's tiles fall to parts mla_flat_first_part(b) .. + mla_flat_segments(b) - 1; a
+// sequence of one segment writes o itself, one of more writes a partial per segment into
+// workspace slot (part - first part), `slots` the most any sequence has, and the combine merges
+// those. parts = 0: not taken (fewer than two parts, or no sequence cut: the uniform plan then
+// does the same).
 struct MlaFlatPlan {
-  int64_t parts = 0, tiles = 0, run = 0, slots = 0;
+  int64_t parts = 0, tiles = 0, run = 0, slots = 0, lead = 0;
 };
+// An item's start and end beside its keys, in 64-key tiles: the forty-third session's timeline at
+// verify 4 B8 8k H 96 (H100) put a CTA's second item at ~7.8 us more than its pairs, 1.71 us a
+// tile, so ~4.6 tiles; with lead 0 the CTAs of two items ended ~9 us after those of one.
+inline constexpr int64_t kMlaAttentionSeesaw64FlatLeadTiles = 5;
 MlaFlatPlan mla_attention_seesaw64_flat_plan(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms);
+// The keys a run of plan f streams on average (an even cut of the batch's tiles, without the
+// leads): the size the rule below was measured at.
+constexpr int64_t mla_flat_run_keys(int64_t batch, const MlaFlatPlan& f) {
+  return f.parts > 0 ? 64 * ((batch * f.tiles + f.parts - 1) / f.parts) : 0;
+}
 // Whether `automatic` takes the flattened plan f over v4's uniform split count `splits`, as
 // measured (H100; docs/perf.md), in two regions:
 // - the uniform grid runs more than one wave of CTAs without walking the batch (batch x row_tiles
@@ -233,7 +246,7 @@ inline constexpr int64_t kMlaAttentionSeesaw64FlatIdleMinKeys = 2048;
 constexpr bool mla_attention_seesaw64_flat_wins(int64_t batch, int64_t row_tiles, int64_t splits, int64_t num_sms,
                                                 const MlaFlatPlan& f) {
   if (f.parts <= 0) return false;
-  const int64_t ctas = batch * row_tiles * splits, run_keys = 64 * f.run;
+  const int64_t ctas = batch * row_tiles * splits, run_keys = mla_flat_run_keys(batch, f);
   if (splits > 1 && ctas > num_sms) return run_keys >= kMlaAttentionSeesaw64MinSplitKeys;
   if (8 * ctas > 7 * num_sms) return false;  // (one wave, so no walk)
   return run_keys >= (splits > 1 ? kMlaAttentionSeesaw64FlatIdleMinKeys : kMlaAttentionSeesaw64MinSplitKeys);
@@ -241,12 +254,12 @@ constexpr bool mla_attention_seesaw64_flat_wins(int64_t batch, int64_t row_tiles
 // In the callers' integer type: int64_t on the host, int in the kernels (the host checks batch x
 // tiles < 2^31 before it takes the plan), one definition for both.
 template <typename I>
-constexpr I mla_flat_first_part(I b, I tiles, I run) {
-  return b * tiles / run;
+constexpr I mla_flat_first_part(I b, I tiles, I lead, I run) {
+  return (b * (tiles + lead) + lead) / run;
 }
 template <typename I>
-constexpr I mla_flat_segments(I b, I tiles, I run) {
-  return (b * tiles + tiles - 1) / run - b * tiles / run + 1;
+constexpr I mla_flat_segments(I b, I tiles, I lead, I run) {
+  return (b * (tiles + lead) + lead + tiles - 1) / run - mla_flat_first_part(b, tiles, lead, run) + 1;
 }
 
 // (page_size and num_sms: the defaults are the engine's page and an H200's SMs, for the tests)

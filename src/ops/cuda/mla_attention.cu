@@ -438,7 +438,7 @@ __device__ __forceinline__ int combine_slots(const MlaAttentionParams& p, int64_
       hi = mid - 1;
     }
   }
-  const int n = mla_flat_segments(lo, p.flat_tiles, p.flat_run);
+  const int n = mla_flat_segments(lo, p.flat_tiles, p.flat_lead, p.flat_run);
   return n == 1 ? 0 : n;
 }
 template <int kParts>
@@ -753,11 +753,13 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
       flat = f;
   }
   KESTREL_CHECK(row_tiles <= INT32_MAX, op, ": ", row_tiles, " row tiles exceed the grid");
-  KESTREL_CHECK(B * flat.tiles <= INT32_MAX, op, ": ", B, " sequences of ", flat.tiles, " planned tiles exceed the flattened schedule's range");
+  KESTREL_CHECK(B * (flat.tiles + flat.lead) <= INT32_MAX, op, ": ", B, " sequences of ", flat.tiles, " planned tiles (and ",
+                flat.lead, " a start) exceed the flattened schedule's range");
   int64_t splits = flat.parts > 0 ? flat.slots : uniform_splits;
   p.splits = static_cast<int>(splits);
   p.flat_run = static_cast<int>(flat.run);
   p.flat_tiles = static_cast<int>(flat.tiles);
+  p.flat_lead = static_cast<int>(flat.lead);
   p.flat_batch = flat.parts > 0 ? static_cast<int>(B) : 0;
   dim3 grid = flat.parts > 0 ? dim3(static_cast<unsigned>(row_tiles), 1u, static_cast<unsigned>(flat.parts))
                              : dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
@@ -785,7 +787,7 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
         ws = nullptr;
         splits = uniform_splits;
         p.splits = static_cast<int>(splits);
-        p.flat_run = p.flat_tiles = p.flat_batch = 0;
+        p.flat_run = p.flat_tiles = p.flat_lead = p.flat_batch = 0;
         grid = dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(splits), static_cast<unsigned>(B));
         alloc_ws();
       }

@@ -33,6 +33,7 @@ struct MlaAttentionParams {
   float* ws_o;                   // [splits, Tq * H, 512] normalised partial o (splits > 1)
   float* ws_lse;                 // [splits, Tq * H] base-2 partial lse (splits > 1)
   int flat_run, flat_tiles;      // v4's flattened schedule (MlaFlatPlan's run and tiles), or 0: uniform
+  int flat_lead;                 // (and its lead)
   int flat_batch;                // splits; with it, splits is the plan's slots, and B for the combine
   int64_t Tq;
   int H, num_pages, page_size, max_pages, splits;

@@ -857,18 +857,20 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 template <typename F>
 __device__ __forceinline__ void for_each_item(const MlaAttentionParams& p, int batch, int split, F&& f) {
   // One loop and one call of f for both schedules (two would inline the roles twice and spill).
-  // Flattened: 32-bit, the host checks batch x tiles < 2^31.
+  // Flattened: 32-bit, the host checks batch x (tiles + lead) < 2^31. Run z holds the virtual
+  // tiles [g0, g1); sequence b's real tiles are [b v + lead, b v + v) of them (MlaFlatPlan).
   const bool flat = p.flat_run > 0;
-  const int tiles = flat ? p.flat_tiles : 1, run = flat ? p.flat_run : 1, z = static_cast<int>(blockIdx.z);
-  const int g0 = z * run, all = batch * tiles, g1 = g0 + run < all ? g0 + run : all;
+  const int tiles = flat ? p.flat_tiles : 1, lead = flat ? p.flat_lead : 0, run = flat ? p.flat_run : 1;
+  const int v = tiles + lead, z = static_cast<int>(blockIdx.z);
+  const int g0 = z * run, all = batch * v, g1 = g0 + run < all ? g0 + run : all;
   const int step = flat ? 1 : static_cast<int>(gridDim.z);
-  for (int b = flat ? g0 / tiles : z; flat ? b * tiles < g1 : b < batch; b += step) {
+  for (int b = flat ? g0 / v : z; flat ? b * v + lead < g1 : b < batch; b += step) {
     SeqPlan s;
     int slot = split;
     bool ok;
     if (flat) {
-      const int from = g0 - b * tiles, to = g1 - b * tiles;
-      const int first = mla_flat_first_part(b, tiles, run), segments = mla_flat_segments(b, tiles, run);
+      const int from = g0 - b * v - lead, to = g1 - b * v - lead;
+      const int first = mla_flat_first_part(b, tiles, lead, run), segments = mla_flat_segments(b, tiles, lead, run);
       slot = z - first;
       ok = mla_seq_plan_flat<kRows, kKeys>(p, b, from > 0 ? from : 0, to < tiles ? to : tiles, segments == 1, s);
     } else {
