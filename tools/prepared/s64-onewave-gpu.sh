@@ -2,7 +2,8 @@
 # Where v4's time goes on the one-wave H 96 shapes that now take the flattened runs (forty-second
 # session: verify 4 / 8 B8 and verify 2 B32 8k, 0.89-0.93x of FlashMLA in the same job; at the same
 # decomposition the thirty-fourth's Nsight put v4's attention kernel at 1.09-1.18x FlashMLA's).
-# Prepared in the forty-second session, not run; one lean device call (~2 min):
+# Prepared in the forty-second session; ran in the forty-third (perf.md's forty-third section,
+# job 1). One lean device call (~2 min):
 #   1. the timeline probe (s64-cta-timeline.patch) at verify 8 / 4 B8 8k H 96: each CTA holds one
 #      run of two segments here, so the first item's cost (4.9 us to Q, o out 6.2-6.6 us at
 #      verify 8 B128 1k) is most of the gap if it repeats;

@@ -6,7 +6,8 @@
 # (.gpu-var/spl2, b8fb6c8) against the branch and a lead of 3 (.gpu-var/lead3), 2 rounds, on the
 # flattened shapes, FlashMLA on the one-wave ones, the timeline with leads (.gpu-var/tlead), and
 # s64-source-stalls-gpu.sh. Carry [".gpu-var/spl2", ".gpu-var/lead", ".gpu-var/lead3",
-# ".gpu-var/tlead", ".gpu-var/mut", ".peers/flashmla-bench"]. ~4 min on the device.
+# ".gpu-var/tlead", ".gpu-var/mut", ".peers/flashmla-bench"]. ~3 min on the device; ran in the
+# forty-third session (perf.md's forty-third section, job 2).
 source tools/prepared/job-lib.sh; N=.gpu-var/lead
 step unit 120 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.Seesaw64*:MlaAttentionRule.*' --gtest_brief=1
 step matrix 120 env KESTREL_SEED=4343 $N/kestrel-tests --gtest_filter='cuda/*mla_attention*_s64*' --gtest_brief=1
