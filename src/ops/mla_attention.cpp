@@ -150,22 +150,21 @@ MlaFlatPlan mla_attention_seesaw64_flat_plan(int64_t batch, int64_t row_tiles, i
   MlaFlatPlan f;
   if (batch < 1 || row_tiles < 1 || kv_len < 1) return f;
   const int64_t tiles = (kv_len + 63) / 64;
-  const int64_t most_parts = std::max<int64_t>(1, num_sms) / row_tiles;
-  // The leads only where a run is longer than one (so that every run holds a real tile: no CTA
+  const int64_t parts = std::min(std::max<int64_t>(1, num_sms) / row_tiles, batch * tiles);
+  if (parts < 2) return f;
+  // The leads only where a run is longer than a lead, so that every run holds a real tile (no CTA
   // goes without an item).
-  int64_t lead = kMlaAttentionSeesaw64FlatLeadTiles, total = 0, parts = 0, run = 0;
-  for (;;) {
-    total = batch * (tiles + lead);
-    parts = std::min(most_parts, batch * tiles);
-    if (parts < 2) return f;
-    run = (total + parts - 1) / parts;
-    if (run > lead || lead == 0) break;
+  int64_t lead = kMlaAttentionSeesaw64FlatLeadTiles;
+  int64_t run = (batch * (tiles + lead) + parts - 1) / parts;
+  if (run <= lead) {
     lead = 0;
+    run = (batch * tiles + parts - 1) / parts;
   }
+  const int64_t total = batch * (tiles + lead);
   int64_t slots = 1;
   for (int64_t b = 0; b < batch; ++b) slots = std::max(slots, mla_flat_segments(b, tiles, lead, run));
   if (slots < 2) return f;
-  f.parts = (total + run - 1) / run;  // (fewer than most_parts where run rounds up)
+  f.parts = (total + run - 1) / run;  // (fewer than `parts` where run rounds up)
   f.tiles = tiles;
   f.run = run;
   f.slots = slots;

@@ -252,7 +252,7 @@ constexpr bool mla_attention_seesaw64_flat_wins(int64_t batch, int64_t row_tiles
   return run_keys >= (splits > 1 ? kMlaAttentionSeesaw64FlatIdleMinKeys : kMlaAttentionSeesaw64MinSplitKeys);
 }
 // In the callers' integer type: int64_t on the host, int in the kernels (the host checks batch x
-// tiles < 2^31 before it takes the plan), one definition for both.
+// (tiles + lead) < 2^31 before it takes the plan), one definition for both.
 template <typename I>
 constexpr I mla_flat_first_part(I b, I tiles, I lead, I run) {
   return (b * (tiles + lead) + lead) / run;

@@ -753,8 +753,8 @@ void mla_attention(const MlaAttentionArgs& a, Stream stream) {
       flat = f;
   }
   KESTREL_CHECK(row_tiles <= INT32_MAX, op, ": ", row_tiles, " row tiles exceed the grid");
-  KESTREL_CHECK(B * (flat.tiles + flat.lead) <= INT32_MAX, op, ": ", B, " sequences of ", flat.tiles, " planned tiles (and ",
-                flat.lead, " a start) exceed the flattened schedule's range");
+  KESTREL_CHECK(B * (flat.tiles + flat.lead) <= INT32_MAX, op, ": ", B, " sequences of ", flat.tiles, " planned tiles (and a lead of ",
+                flat.lead, " each) exceed the flattened schedule's range");
   int64_t splits = flat.parts > 0 ? flat.slots : uniform_splits;
   p.splits = static_cast<int>(splits);
   p.flat_run = static_cast<int>(flat.run);
