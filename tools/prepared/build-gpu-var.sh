@@ -4,9 +4,9 @@
 #   .gpu-var/main        kestrel-bench of BASE (default 9897f96: before v3's balanced split count)
 #   .gpu-var/spl2        kestrel-bench + kestrel-tests of HEAD
 #   .gpu-var/tl          kestrel-bench of HEAD with s64-cta-timeline.patch (the probe)
-#   .gpu-var/merge       kestrel-bench + kestrel-tests of HEAD with s64-merge.patch (the in-kernel merge)
-#   .gpu-var/mmut        kestrel-tests of that with its mutant (tests/mutations/cuda_mla_seesaw64_merge_segments.patch)
-#   .gpu-var/tmerge      kestrel-bench of that with its timeline probe (the patch regenerates the probe)
+#   .gpu-var/NAME        for ONLY="branch:NAME": kestrel-bench + kestrel-tests of the local branch NAME (the
+#                        variants the forty-fourth session measured: flat-merge, stage-partials, stg128,
+#                        combine-regs, keep-partials)
 # and, with BUNDLE=1, .gpu-var/bundle-HEAD.tar.xz: scripts/gpu-bundle of HEAD (19 mutants, ~6 min more
 # on 2 cores), to copy to the repository root as .gpu-bin.tar.xz for `PREBUILT=.gpu-bin
 # scripts/gpu-check`. About 10 minutes on 2 cores without the bundle. ONLY="main tl" builds some.
@@ -34,13 +34,9 @@ for what in $ONLY; do
             put spl2 "$T/spl2/build/kestrel-bench" "$T/spl2/build/kestrel-tests" ;;
     tl) tree tl HEAD tools/prepared/s64-cta-timeline.patch && ninja -C "$T/tl/build" kestrel-bench >/dev/null &&
           put tl "$T/tl/build/kestrel-bench" ;;
-    merge) tree merge HEAD tools/prepared/s64-merge.patch && ninja -C "$T/merge/build" kestrel-bench kestrel-tests >/dev/null &&
-             put merge "$T/merge/build/kestrel-bench" "$T/merge/build/kestrel-tests" ;;
-    mmut) tree mmut HEAD tools/prepared/s64-merge.patch && git -C "$T/mmut" apply tests/mutations/cuda_mla_seesaw64_merge_segments.patch &&
-            ninja -C "$T/mmut/build" kestrel-tests >/dev/null && put mmut "$T/mmut/build/kestrel-tests" ;;
-    tmerge) tree tmerge HEAD tools/prepared/s64-merge.patch && git -C "$T/tmerge" apply tools/prepared/s64-cta-timeline.patch &&
-              ninja -C "$T/tmerge/build" kestrel-bench >/dev/null && put tmerge "$T/tmerge/build/kestrel-bench" ;;
-    *) echo "build-gpu-var: ONLY names main, spl2, tl, merge, mmut or tmerge, got '$what'" >&2; exit 2 ;;
+    branch:*) b=${what#branch:}; tree "$b" "$b" && ninja -C "$T/$b/build" kestrel-bench kestrel-tests >/dev/null &&
+                put "$b" "$T/$b/build/kestrel-bench" "$T/$b/build/kestrel-tests" ;;
+    *) echo "build-gpu-var: ONLY names main, spl2, tl or branch:NAME, got '$what'" >&2; exit 2 ;;
   esac || { echo "build-gpu-var: $what failed (its worktree: $T/$what)" >&2; exit 1; }
 done
 if [ -n "${BUNDLE:-}" ]; then
