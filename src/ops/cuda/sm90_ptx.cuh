@@ -58,6 +58,16 @@ __device__ __forceinline__ void tma_store_2d(const void* map, uint32_t src, int 
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Until this thread's bulk groups have read their shared sources (which may then be reused).
 __device__ __forceinline__ void bulk_wait_group_read0() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// An L2 policy for data read again soon by another kernel (a split's partials): evict it last.
+__device__ __forceinline__ uint64_t l2_evict_last_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+// Two floats to global memory under an L2 cache policy.
+__device__ __forceinline__ void st_global_f2_hint(float* dst, float a, float b, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.v2.f32 [%0], {%1, %2}, %3;\n" ::"l"(dst), "f"(a), "f"(b), "l"(policy) : "memory");
+}
 // An L2 policy for data read once (a stream): evict it first.
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;
