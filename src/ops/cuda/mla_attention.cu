@@ -412,9 +412,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
 // (the max pass, two barriers) repeats 4 times. Before either, one thread per 4 columns walking
 // every split in turn took ~0.2 us a split.)
 constexpr int kCombineThreads = 128, kCombineWarps = kCombineThreads / 32;
-// Both combines read each partial once, with streaming loads (__ldcs: evict-first), after v4 wrote
-// it evict-last: verify 4 B8 8k H 96 1.032-1.037x on the H100 (forty-fourth session), other
-// shapes 1.00-1.01x.
+// The warp-per-row combine reads each partial once with streaming loads (__ldcs: evict-first),
+// after v4 wrote it evict-last: verify 4 B8 8k H 96 1.032-1.037x on the H100, the other split
+// shapes 1.00-1.01x (forty-fourth session; v4's writes' policy alone 1.005x). The CTA-per-row
+// combine keeps plain loads: with __ldcs there too, decode B1 32k H 32 (32 rows: that combine, on
+// partials another kernel wrote) measured 0.993-0.998x in three jobs.
 // Columns d .. d + 3 of an output row as bf16: one 8-byte store when o_vec, else four.
 __device__ __forceinline__ void store_o4(const MlaAttentionParams& p, uint16_t* orow, int d, const float (&o)[4]) {
   const uint32_t lo = pack_bf16x2(o[0], o[1]), hi = pack_bf16x2(o[2], o[3]);
@@ -508,7 +510,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
         sum += w;
         const float* src = p.ws_o + (s * rows + row) * kDv + c0 + 4 * lane;
 #pragma unroll
-        for (int k = 0; k < kVecs; ++k) add(w, __ldcs(reinterpret_cast<const float4*>(src + 128 * k)), k);
+        for (int k = 0; k < kVecs; ++k) add(w, *reinterpret_cast<const float4*>(src + 128 * k), k);
       }
     } else {
       // One load per split: the loads of 8 splits are issued before any of their sums.
@@ -522,7 +524,7 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_kernel(
             l[i] = p.ws_lse[s * rows + row];
             const float* src = p.ws_o + (s * rows + row) * kDv + c0 + 4 * lane;
 #pragma unroll
-            for (int k = 0; k < kVecs; ++k) v[i][k] = __ldcs(reinterpret_cast<const float4*>(src + 128 * k));
+            for (int k = 0; k < kVecs; ++k) v[i][k] = *reinterpret_cast<const float4*>(src + 128 * k);
           }
         }
 #pragma unroll

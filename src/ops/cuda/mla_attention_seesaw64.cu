@@ -835,9 +835,10 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
         }
         if (p.lse && c == 0 && tq == 0) p.lse[off.lse] = lse2 * kLn2;
       } else {
-        // Written evict-last in L2, for the combine kernel that reads them next (streaming: its
-        // loads evict them first); with those loads, verify 4 B8 8k H 96 1.032-1.037x and the other
-        // split shapes 1.00-1.01x (H100, forty-fourth session; the writes' policy alone 1.005x).
+        // Written evict-last in L2, for the combine kernel that reads them next (the warp-per-row
+        // one with streaming loads, which evict them first): together verify 4 B8 8k H 96
+        // 1.032-1.037x, the other split shapes 1.00-1.01x (H100, forty-fourth session; the
+        // writes' policy alone 1.005x).
         const uint64_t keep = sm90::l2_evict_last_policy();
 #pragma unroll
         for (int k = 0; k < 32; ++k) {
