@@ -3,7 +3,8 @@
 # by the combine kernels with streaming loads (.gpu-var/keep: branch keep-partials), or only the
 # writes' policy (.gpu-var/keepw), against main 7decf83 (.gpu-var/spl2). ncu (cache control none)
 # put the warp-per-row combine after the flattened runs at verify 4 B8 8k H 96 at 9.9-12.4 us with
-# DRAM throughput at 37-54%: the 17 MB of partials it reads come partly from DRAM.
+# DRAM throughput at 37-54%: the 17 MB of partials it reads come partly from DRAM. Ran (job 4);
+# landed as 00dd66c and 1d1acbd.
 # Carry [".gpu-var/spl2", ".gpu-var/keep"]. (.gpu-var/keepw, the writes' policy alone, was built and not run.)
 source tools/prepared/job-lib.sh; N=.gpu-var/keep
 f=()
