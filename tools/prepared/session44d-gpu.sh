@@ -5,7 +5,7 @@
 # put the warp-per-row combine after the flattened runs at verify 4 B8 8k H 96 at 9.9-12.4 us with
 # DRAM throughput at 37-54%: the 17 MB of partials it reads come partly from DRAM. Ran (job 4);
 # landed as 00dd66c and 1d1acbd.
-# Carry [".gpu-var/spl2", ".gpu-var/keep"]. (.gpu-var/keepw, the writes' policy alone, was built and not run.)
+# Carry [".gpu-var/spl2", ".gpu-var/keep"]. (.gpu-var/keepw, the writes' policy alone, ran beside them in job 6.)
 source tools/prepared/job-lib.sh; N=.gpu-var/keep
 f=()
 for s in verify4-B8-ctx8192-H96-bf16-fastP verify8-B8-ctx8192-H96-bf16-fastP verify2-B32-ctx8192-H96-bf16-fastP decode-B8-ctx32768-H96-bf16-fastP \
