@@ -8,7 +8,9 @@
 # 204 bytes (the o-box kernels 12 more than main's 192).
 # Built here first (main's bench and tests as spl2, the patch's as pre):
 #   ONLY="spl2 branch:s64-first-prefetch" bash tools/prepared/build-gpu-var.sh && mv .gpu-var/s64-first-prefetch .gpu-var/pre
-# Carry [".gpu-var/spl2", ".gpu-var/pre"]. ~2 min on the device.
+# and the timeline probe on each (tools/prepared/s64-cta-timeline.patch applied: .gpu-var/tl on main,
+# .gpu-var/tlpre on the patch; built in the forty-fourth session).
+# Carry [".gpu-var/spl2", ".gpu-var/pre", ".gpu-var/tl", ".gpu-var/tlpre"]. ~2-3 min on the device.
 source tools/prepared/job-lib.sh; N=.gpu-var/pre
 step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.Seesaw64*' --gtest_brief=1
 step matrix 120 env KESTREL_SEED=4545 $N/kestrel-tests --gtest_filter='cuda/*mla_attention*_s64*' --gtest_brief=1
@@ -19,5 +21,11 @@ for s in verify8-B128-ctx1024-H96 verify4-B32-ctx1024-H96 decode-B128-ctx1024-H1
 for s in verify8-B128-ctx1024-H96 decode-B128-ctx1024-H128; do f+=(--filter "mla_attention_s64/$s-bf16-fastP"); done  # (v4 forced, whatever the rule takes)
 AB_TIMEOUT=90 scripts/gpu-ab "$OUT/z/ab" 3 .gpu-var/spl2 $N -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
 python3 scripts/bench-compare "$OUT/z/ab" --base spl2 | tee "$OUT/z/ab.txt"
+# The timeline probe (s64-cta-timeline.patch) on main (.gpu-var/tl) and on the patch (.gpu-var/tlpre):
+# the first item's start -> Q and -> first QKs, at a 1k and a one-wave 8k shape.
+for b in tl tlpre; do for c in verify8-B128-ctx1024-H96 verify4-B8-ctx8192-H96; do
+  timeout 60 .gpu-var/$b/kestrel-bench --reps 3 --warmup 1 --no-ceilings --filter "mla_attention/$c-bf16-fastP" > "$OUT/z/$b-$c.txt" 2>&1
+  echo "$b $c:"; python3 tools/cta_timeline.py "$OUT/z/$b-$c.txt" 2>&1 | head -8
+done; done
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
