@@ -412,11 +412,6 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_kernel(const __grid
 // (the max pass, two barriers) repeats 4 times. Before either, one thread per 4 columns walking
 // every split in turn took ~0.2 us a split.)
 constexpr int kCombineThreads = 128, kCombineWarps = kCombineThreads / 32;
-// The warp-per-row combine reads each partial once with streaming loads (__ldcs: evict-first),
-// after v4 wrote it evict-last: verify 4 B8 8k H 96 1.032-1.037x on the H100, the other split
-// shapes 1.00-1.01x (forty-fourth session; v4's writes' policy alone 1.005x). The CTA-per-row
-// combine keeps plain loads: with __ldcs there too, decode B1 32k H 32 (32 rows: that combine, on
-// partials another kernel wrote) measured 0.993-0.998x in three jobs.
 // Columns d .. d + 3 of an output row as bf16: one 8-byte store when o_vec, else four.
 __device__ __forceinline__ void store_o4(const MlaAttentionParams& p, uint16_t* orow, int d, const float (&o)[4]) {
   const uint32_t lo = pack_bf16x2(o[0], o[1]), hi = pack_bf16x2(o[2], o[3]);
@@ -582,6 +577,11 @@ __global__ void __launch_bounds__(kCombineThreads) mla_attention_combine_warps_k
   const int splits = combine_slots(p, t);
   if (splits == 0) return;  // (uniform over the warp: one row)
   const float my_lse = lane < splits ? p.ws_lse[lane * rows + row] : -INFINITY;
+  // Each partial read once with streaming loads (__ldcs: evict-first), after v4 wrote it
+  // evict-last: verify 4 B8 8k H 96 1.032-1.037x on the H100, the other split shapes 1.00-1.01x
+  // (forty-fourth session; v4's writes' policy alone 1.005x). mla_attention_combine_kernel keeps
+  // plain loads: with __ldcs there too, decode B1 32k H 32 (32 rows: that combine, on partials
+  // another kernel wrote) measured 0.993-0.998x in three jobs.
   float4 v[kCombineWarpSplits][kDv / 128];
 #pragma unroll
   for (int s = 0; s < kCombineWarpSplits; ++s)
