@@ -230,7 +230,8 @@ TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
 // (mla_attention_cuda_kernel) takes it for a fast decode whose CTAs stream 4096 keys each (17
 // sequences x 8 row tiles of H 512 fill the SMs with one split), and keeps v2 for the exact
 // precision, for pages of 32 keys and for short splits unless the batch's row tiles outnumber the
-// SMs (then from 1024 keys); at H 32 the bf16 keys-as-M kernel.
+// SMs (then from 1024 keys) or, in one wave, a sequence has several row tiles and its splits 640
+// keys or more; at H 32 the bf16 keys-as-M kernel.
 TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   constexpr const char* kV4 = "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>";
   Problem p = make(64, DType::bf16, {100, 37, 700}, 41, 64);
@@ -272,8 +273,12 @@ TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   EXPECT_FALSE(launched(walk_log, "combine"));
   Problem short_walk = make(64, DType::bf16, std::vector<int32_t>(walk_batch, kMlaAttentionSeesaw64WalkMinKeys - 128), 50, 512);
   EXPECT_TRUE(launched(run(short_walk, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
+  // One wave of those (8 row tiles a sequence, one split): v4 from kMlaAttentionSeesaw64SharedMinSplitKeys
+  // keys of plan (1088 here), v2 below (512 keys plan 576).
   Problem one_wave = make(64, DType::bf16, std::vector<int32_t>(sms / 8, kMlaAttentionSeesaw64WalkMinKeys), 51, 512);
-  EXPECT_TRUE(launched(run(one_wave, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
+  EXPECT_TRUE(launched(run(one_wave, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), kV4));
+  Problem short_wave = make(64, DType::bf16, std::vector<int32_t>(sms / 8, 512), 341, 512);
+  EXPECT_TRUE(launched(run(short_wave, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), "mla_attention_sm90_kernel<"));
 }
 
 // v4's schedules on one batch of B sequences of 8k keys at H heads (decode, 64-row tiles): the rule's
