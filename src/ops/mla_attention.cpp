@@ -217,9 +217,9 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
     // More row tiles than SMs (then one split): v4's CTAs walk the batch, paying their start once.
     const bool walks = mla_attention_seesaw64_walks(batch, tiles, splits, num_sms);
     if (walks && kv_len >= kMlaAttentionSeesaw64WalkMinKeys) return MlaAttentionKernel::wgmma_seesaw64;
-    // Without the walk, two or more row tiles a sequence from splits of 640 keys (measured: v4
-    // ahead of v2 there; v2 ahead at one row tile a sequence or 512-key splits).
-    if (!walks && tiles >= 2 && kv_len / splits >= kMlaAttentionSeesaw64SharedMinSplitKeys)
+    // Without the walk, three or more row tiles a sequence from splits of 640 keys (measured: v4
+    // ahead of v2 there; v2 ahead at 512-key splits, and at two row tiles a sequence with splits).
+    if (!walks && tiles >= kMlaAttentionSeesaw64SharedMinRowTiles && kv_len / splits >= kMlaAttentionSeesaw64SharedMinSplitKeys)
       return MlaAttentionKernel::wgmma_seesaw64;
   }
   const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;

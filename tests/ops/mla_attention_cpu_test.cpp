@@ -152,31 +152,30 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 128, 8192, true, false, 64, 132), K::wgmma_keys_m_wide);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 0, false, 64, 128, 8192, true, true, 64, 132), K::mma_sync);
   // B 32 H 128 (two row tiles): 64 CTAs x 2 splits of 4096 keys at 8k: yes; B 8: 16 CTAs x 8 splits,
-  // of 1024 keys at 8k (two row tiles a sequence: the shared rule below), of 4096 at 32k; B 1 H
-  // 128: 66 splits, 32768 / 66 = 496 keys.
+  // of 1024 keys at 8k, of 4096 at 32k; B 1 H 128: 66 splits, 32768 / 66 = 496 keys.
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 32, 8192, true, true, 64, 132), K::wgmma_seesaw64);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 8192, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 8192, true, true, 64, 132), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 8, 32768, true, true, 64, 132), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 1, 32768, true, true, 64, 132), K::wgmma);
   // Shorter splits when the batch's 64-row tiles outnumber the SMs (v4 walks the batch), from 1024
-  // keys: B 128 H 128 at 1k (256 tiles); not at 1023 keys, nor at 132 tiles of one row tile a
-  // sequence on 132 SMs (65 rows: two row tiles, the shared rule below).
+  // keys: B 128 H 128 at 1k (256 tiles); not at 1023 keys, nor at 132 tiles on 132 SMs.
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 1024, true, true, 64, 132), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 1023, true, true, 64, 132), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 133, 1024, true, true, 64, 132), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 132, 1024, true, true, 64, 132), K::wgmma);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 65, 66, 1024, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 65, 66, 1024, true, true, 64, 132), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 65, 67, 1024, true, true, 64, 132), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 128, 1024, true, true, 32, 132), K::wgmma);
-  // Without the walk, two or more row tiles a sequence (rows > 64) from splits of
-  // kMlaAttentionSeesaw64SharedMinSplitKeys = 640 keys: B 66 H 128 (132 tiles, one split) at 640
-  // keys yes, 639 no; B 8 verify 8 at H 128 (16 row tiles, one split) at 1k yes; one row tile a
-  // sequence (rows 64) no; B 1 H 96 verify 8 at 8k (12 tiles, 11 splits of 744 keys) yes, at 4k
-  // (372 keys) no.
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 66, 640, true, true, 64, 132), K::wgmma_seesaw64);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 66, 639, true, true, 64, 132), K::wgmma);
+  // Without the walk, kMlaAttentionSeesaw64SharedMinRowTiles = 3 or more row tiles a sequence
+  // (rows > 128) from splits of kMlaAttentionSeesaw64SharedMinSplitKeys = 640 keys: B 44 verify 2
+  // at H 96 (132 tiles, one split) at 640 keys yes, 639 no; B 8 verify 8 at H 128 (16 row tiles,
+  // one split) at 1k yes; two row tiles a sequence (rows 128: B 66, one split of 1024 keys) no; B
+  // 1 H 96 verify 8 at 8k (12 tiles, 11 splits of 744 keys) yes, at 4k (372 keys) no; pages of 32
+  // keys no.
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 192, 44, 640, true, true, 64, 132), K::wgmma_seesaw64);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 192, 44, 639, true, true, 64, 132), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 1024, 8, 1024, true, true, 64, 132), K::wgmma_seesaw64);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 64, 100, 1024, true, true, 64, 132), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 128, 66, 1024, true, true, 64, 132), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 768, 1, 8192, true, true, 64, 132), K::wgmma_seesaw64);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 768, 1, 4096, true, true, 64, 132), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 1024, 8, 1024, true, true, 32, 132), K::wgmma);

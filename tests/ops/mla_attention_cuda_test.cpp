@@ -230,8 +230,8 @@ TEST_F(MlaAttentionCuda, KeysMBf16KernelForBf16CacheFastOnly) {
 // (mla_attention_cuda_kernel) takes it for a fast decode whose CTAs stream 4096 keys each (17
 // sequences x 8 row tiles of H 512 fill the SMs with one split), and keeps v2 for the exact
 // precision, for pages of 32 keys and for short splits unless the batch's row tiles outnumber the
-// SMs (then from 1024 keys) or, in one wave, a sequence has several row tiles and its splits 640
-// keys or more; at H 32 the bf16 keys-as-M kernel.
+// SMs (then from 1024 keys) or, without the walk, a sequence has three or more row tiles and its
+// splits 640 keys or more; at H 32 the bf16 keys-as-M kernel.
 TEST_F(MlaAttentionCuda, Seesaw64KernelForBf16CacheFastOnly) {
   constexpr const char* kV4 = "mla_attention_seesaw64_kernel<bf16 cache, bf16 q, fast P>";
   Problem p = make(64, DType::bf16, {100, 37, 700}, 41, 64);

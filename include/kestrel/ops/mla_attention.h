@@ -152,11 +152,12 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // tiles than there are SMs, batch x ceil(rows / 64) > num_sms (one split: v4's CTAs walk the
 // batch and pay that start once; H100, thirty-second session: B 128 at 1k keys, H 96 / 128 decode
 // and verify 4 / 8 at H 32, 1.07-1.17x of v2) and kv_len >= kMlaAttentionSeesaw64WalkMinKeys
-// (measured down to 1k), or, without the walk, when a sequence has two or more 64-row tiles (rows
-// > 64) and each CTA streams at least kMlaAttentionSeesaw64SharedMinSplitKeys keys (H100,
-// forty-fifth session, the bf16 grid on each kernel: v4 1.01-1.25x of v2 on 18 of the 19 shapes
-// this takes, verify 4 B8 8k H 32 0.98x; v2 ahead at 512 keys a split and at one row tile a
-// sequence). v2 covers every call v1 supports (same limits).
+// (measured down to 1k), or, without the walk, when a sequence has at least
+// kMlaAttentionSeesaw64SharedMinRowTiles 64-row tiles (rows > 128: verify blocks at H 32 / 96 /
+// 128) and each CTA streams at least kMlaAttentionSeesaw64SharedMinSplitKeys keys (H100,
+// forty-fifth session, v4 against v2 on the bf16 grid: 1.02-1.22x on 15 of the 16 shapes this
+// takes, 0.995x on the other; v2 ahead at 512 keys a split, and at two row tiles a sequence with
+// 8 splits of 1024 keys, 0.95-0.96x). v2 covers every call v1 supports (same limits).
 inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;      // query rows per CTA of the keys-as-M kernel
 inline constexpr int64_t kMlaAttentionKeysMWideTileRows = 64;  // and of its wide form
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
@@ -166,6 +167,7 @@ inline constexpr int64_t kMlaAttentionSeesaw64TileRows = 64;  // query rows per 
 inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
 inline constexpr int64_t kMlaAttentionSeesaw64WalkMinKeys = 1024;
 inline constexpr int64_t kMlaAttentionSeesaw64SharedMinSplitKeys = 640;
+inline constexpr int64_t kMlaAttentionSeesaw64SharedMinRowTiles = 3;
 // Whether v4 walks the batch (launch_mla_attention_seesaw64): one split and more 64-row tiles than
 // SMs; its grid is then one wave, floor(num_sms / row_tiles) CTAs a row tile, each taking every
 // that-many-th sequence. The kernel rule and the split count's costs use the same test.
