@@ -223,11 +223,18 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
       return MlaAttentionKernel::wgmma_seesaw64;
   }
   const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
-  if (!fp8_cache_and_q || batch * tiles * kv_len < kMlaAttentionKeysMMinTileKeys) return MlaAttentionKernel::wgmma;
+  if (!fp8_cache_and_q) return MlaAttentionKernel::wgmma;
+  // At the fast precision v3 at any size (v2 was slower on every grid shape); the exact one keeps
+  // v2 for little work (not measured since).
+  if (!fast_precision && batch * tiles * kv_len < kMlaAttentionKeysMMinTileKeys) return MlaAttentionKernel::wgmma;
   const int64_t wide_tiles = (rows + kMlaAttentionKeysMWideTileRows - 1) / kMlaAttentionKeysMWideTileRows;
   const int64_t wide_rows = wide_tiles * kMlaAttentionKeysMWideTileRows;
-  const bool wide = fast_precision && 4 * (wide_rows - rows) < wide_rows &&
-                    batch * wide_tiles * kv_len >= kMlaAttentionKeysMWideMinTileKeys;
+  const int64_t wide_work = batch * wide_tiles * kv_len;
+  // Wide where its tiles are nearly full and the work large, and for the little work of a
+  // sequence of at most 32 rows (the H 32 decode: latency-bound, where the wide CTA's two
+  // warpgroups on one tile finish sooner).
+  const bool wide = fast_precision && ((4 * (wide_rows - rows) < wide_rows && wide_work >= kMlaAttentionKeysMWideMinTileKeys) ||
+                                       (rows <= kMlaAttentionKeysMTileRows && wide_work <= kMlaAttentionKeysMWideMaxShortKeys));
   return wide ? MlaAttentionKernel::wgmma_keys_m_wide : MlaAttentionKernel::wgmma_keys_m;
 }
 

@@ -175,13 +175,14 @@ void use_fp8_q(Problem& p, uint64_t seed) {
 // The keys-as-M kernel runs when forced, with each precision's instantiation (the fast one with QK
 // on the e4m3 operands), and is refused
 // with the reason for what it does not take (a bf16 cache or a bf16 q); the automatic choice
-// takes it for an fp8 H 32 decode of 8 x 8192 keys and keeps v2 for a short one (the rule:
-// mla_attention_cuda_kernel).
+// takes it for an fp8 H 32 decode of 8 x 8192 keys, its wide form for a short one at the fast
+// precision and v2 for a short one at the exact precision (the rule: mla_attention_cuda_kernel).
 TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
   Problem p = make(64, DType::fp8_e4m3, {100, 37, 700}, 5, 32);
   use_fp8_q(p, 6);
   const auto short_auto = run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
-  EXPECT_TRUE(launched(short_auto, "mla_attention_sm90_kernel<fp8 cache, fp8 q, fast P>"));
+  EXPECT_TRUE(launched(short_auto, "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"));
+  EXPECT_TRUE(launched(run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::exact), "mla_attention_sm90_kernel<fp8 cache, fp8 q>"));
   Problem large = make(64, DType::fp8_e4m3, std::vector<int32_t>(8, 8192), 9, 32);
   use_fp8_q(large, 10);
   EXPECT_TRUE(launched(run(large, MlaAttentionKernel::automatic), "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
@@ -475,7 +476,7 @@ TEST_F(MlaAttentionCuda, Seesaw64WalksABatchPastOneWaveWithEachSequencesBits) {
 
 // Its wide form (64 query rows per CTA) runs when forced with the fast precision, is refused with
 // the reason for the exact one, and is the automatic choice for an fp8 fast call with 64+ rows
-// per sequence and work enough (here H 128: two 64-row tiles per sequence, 4 x 2 x 8192 tile-keys);
+// per sequence and work enough (here H 128: two 64-row tiles per sequence, 8 x 2 x 8192 tile-keys);
 // the 32-row form stays the choice at H 32 and for the exact precision.
 TEST_F(MlaAttentionCuda, WideKeysMKernelForFastCallsWithManyRows) {
   constexpr const char* kWide = "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>";
@@ -485,7 +486,7 @@ TEST_F(MlaAttentionCuda, WideKeysMKernelForFastCallsWithManyRows) {
   const Support exact = mla_attention_supports(Backend::cuda, args(p, MlaAttentionKernel::wgmma_keys_m_wide));
   EXPECT_FALSE(exact.ok);
   EXPECT_NE(exact.reason.find("runs precision fast only"), std::string::npos) << exact.reason;
-  Problem many_rows = make(64, DType::fp8_e4m3, std::vector<int32_t>(4, 8192), 23, 128);
+  Problem many_rows = make(64, DType::fp8_e4m3, std::vector<int32_t>(8, 8192), 23, 128);
   use_fp8_q(many_rows, 24);
   EXPECT_TRUE(launched(run(many_rows, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast), kWide));
   EXPECT_TRUE(launched(run(many_rows, MlaAttentionKernel::automatic, MlaAttentionPrecision::exact),

@@ -132,13 +132,16 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // The CUDA kernel choice (a pure function, documented in docs/ops/mla_attention.md): a forced
 // kernel stays as asked; `automatic` is, on compute capability 9.0 (the sm_90a features: wgmma,
 // setmaxnreg, cp.async.bulk with mbarrier transactions), the keys-as-M kernel (v3) for an fp8
-// cache with an fp8 q when the call's work in 32-row query tiles times keys, batch x ceil(rows /
-// 32) x kv_len (rows: a sequence's planned query rows, tokens x heads; kv_len: the planning
-// length), is at least kMlaAttentionKeysMMinTileKeys, else the WGMMA kernel (v2); v1 elsewhere.
-// v3 in its wide form (64 query rows per CTA) when the precision is fast, 64-row tiles carry
-// less than a quarter padding (4 x (ceil(rows / 64) x 64 - rows) < ceil(rows / 64) x 64) and the
-// work in 64-row tiles, batch x ceil(rows / 64) x kv_len, is at least
-// kMlaAttentionKeysMWideMinTileKeys. For a bf16 cache (any q) at the fast precision, the bf16
+// cache with an fp8 q: at the fast precision always, at the exact one when the call's work in
+// 32-row query tiles times keys, batch x ceil(rows / 32) x kv_len (rows: a sequence's planned
+// query rows, tokens x heads; kv_len: the planning length), is at least
+// kMlaAttentionKeysMMinTileKeys, else the WGMMA kernel (v2); v1 elsewhere. v3 in its wide form (64
+// query rows per CTA) when the precision is fast and either 64-row tiles carry less than a quarter
+// padding (4 x (ceil(rows / 64) x 64 - rows) < ceil(rows / 64) x 64) and the work in 64-row tiles,
+// batch x ceil(rows / 64) x kv_len, is at least kMlaAttentionKeysMWideMinTileKeys, or rows <= 32
+// and that work is at most kMlaAttentionKeysMWideMaxShortKeys (H100, forty-fifth session, the fp8
+// grid on each kernel: v2 was slower than v3 on every shape; the 23 shapes the rule then moved
+// gained 1.02-1.40x, one lost 3%). For a bf16 cache (any q) at the fast precision, the bf16
 // keys-as-M kernel when a sequence's rows fit one 32-row tile (rows <= 32: an H 32 decode) and
 // batch x kv_len >= kMlaAttentionKeysMBf16MinKeys (H200, twenty-third session: 1.04-1.17x over v2
 // from B 128 x 1k and B 8 x 32k up; v2 faster below, and 1.7-2x faster with more rows, where the
@@ -161,7 +164,8 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;      // query rows per CTA of the keys-as-M kernel
 inline constexpr int64_t kMlaAttentionKeysMWideTileRows = 64;  // and of its wide form
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
-inline constexpr int64_t kMlaAttentionKeysMWideMinTileKeys = 65536;
+inline constexpr int64_t kMlaAttentionKeysMWideMinTileKeys = 98304;
+inline constexpr int64_t kMlaAttentionKeysMWideMaxShortKeys = 32768;
 inline constexpr int64_t kMlaAttentionKeysMBf16MinKeys = 131072;
 inline constexpr int64_t kMlaAttentionSeesaw64TileRows = 64;  // query rows per CTA of v4 (and of v2)
 inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
