@@ -140,8 +140,8 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // padding (4 x (ceil(rows / 64) x 64 - rows) < ceil(rows / 64) x 64) and the work in 64-row tiles,
 // batch x ceil(rows / 64) x kv_len, is at least kMlaAttentionKeysMWideMinTileKeys, or rows <= 32
 // and that work is at most kMlaAttentionKeysMWideMaxShortKeys (H100, forty-fifth session, the fp8
-// grid on each kernel: v2 was slower than v3 on every shape; the 23 shapes the rule then moved
-// gained 1.02-1.40x, one lost 3%). For a bf16 cache (any q) at the fast precision, the bf16
+// grid on each kernel: v2 was slower than v3 on every shape; of the 23 shapes the rule then moved,
+// 22 gained 1.02-1.40x and one measured 0.97x there, 1.01x in an A/B). For a bf16 cache (any q) at the fast precision, the bf16
 // keys-as-M kernel when a sequence's rows fit one 32-row tile (rows <= 32: an H 32 decode) and
 // batch x kv_len >= kMlaAttentionKeysMBf16MinKeys (H200, twenty-third session: 1.04-1.17x over v2
 // from B 128 x 1k and B 8 x 32k up; v2 faster below, and 1.7-2x faster with more rows, where the
