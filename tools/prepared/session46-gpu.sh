@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Prepared in the forty-fifth session, not run (no device time left): the grid's slowest bf16
+# shapes beside FlashMLA under sustained load. Job 8's short runs put them at 0.82-0.87x of
+# FlashMLA; the thirty-fourth session found such shapes at 0.955-0.993x under the 700 W cap (short
+# runs favour FlashMLA at the boost clock). Each side ~5 s of launches a shape, interleaved, then
+# the same in short runs for the record. Predicted: 0.93-1.00x sustained.
+# Build: ONLY=spl2 bash tools/prepared/build-gpu-var.sh (main). Carry [".gpu-var/spl2", ".peers/flashmla-bench"].
+source tools/prepared/job-lib.sh; B=.gpu-var/spl2/kestrel-bench
+for sr in verify8-B128-ctx8192-H128:1400 verify8-B128-ctx1024-H96:10000 verify4-B128-ctx8192-H128:2800 verify2-B128-ctx32768-H128:1350; do
+  s=${sr%%:*} n=${sr##*:}
+  echo "$s:"
+  scripts/gpu-sustained "$OUT/z/s" "ours-$s" -- $B --reps "$n" --no-ceilings --filter "mla_attention/$s-bf16-fastP" | tail -1
+  grep -E "^mla_attention" "$OUT/z/s/ours-$s.log" | awk '{print "   ours", $5, "us median"}'
+  scripts/gpu-sustained "$OUT/z/s" "flash-$s" -- .peers/flashmla-bench --grid --reps "$n" --filter "$s-bf16-fastP" | tail -1
+  grep -E "^flashmla" "$OUT/z/s/flash-$s.log" | awk '{print "   FlashMLA", $2, "us median"}'
+  rm -f "$OUT"/z/s/*.smi
+done
+(cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
+echo "all $(( $(date +%s) - t0 ))s"
