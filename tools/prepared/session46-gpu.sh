@@ -3,7 +3,8 @@
 # shapes beside FlashMLA under sustained load. Job 8's short runs put them at 0.82-0.87x of
 # FlashMLA; the thirty-fourth session found such shapes at 0.955-0.993x under the 700 W cap (short
 # runs favour FlashMLA at the boost clock). Each side ~5 s of launches a shape, interleaved, then
-# the same in short runs for the record. Predicted: 0.93-1.00x sustained.
+# the same in short runs for the record. Predicted: 0.93-1.00x sustained. Then v4's schedules
+# forced over the grid (below).
 # Build: ONLY=spl2 bash tools/prepared/build-gpu-var.sh (main). Carry [".gpu-var/spl2", ".peers/flashmla-bench"].
 source tools/prepared/job-lib.sh; B=.gpu-var/spl2/kestrel-bench
 for sr in verify8-B128-ctx8192-H128:1400 verify8-B128-ctx1024-H96:10000 verify4-B128-ctx8192-H128:2800 verify2-B128-ctx32768-H128:1350; do
@@ -14,6 +15,18 @@ for sr in verify8-B128-ctx8192-H128:1400 verify8-B128-ctx1024-H96:10000 verify4-
   scripts/gpu-sustained "$OUT/z/s" "flash-$s" -- .peers/flashmla-bench --grid --reps "$n" --filter "$s-bf16-fastP" | tail -1
   grep -E "^flashmla" "$OUT/z/s/flash-$s.log" | awk '{print "   FlashMLA", $2, "us median"}'
   rm -f "$OUT"/z/s/*.smi
+done
+# Then v4's two schedules forced over the grid (mla_attention_s64flat/, mla_attention_s64uniform/)
+# beside the automatic choice, two rounds: the check of mla_attention_seesaw64_flat_wins, as the
+# forty-fifth session's job 5 checked the kernel rule (read them as /tmp/rule45-style best-of-two).
+sel() { for n in $($B --list | awk -v p="$1" '$1 ~ p {print $1}'); do printf -- '--filter\n%s\n' "$n"; done; }
+mapfile -t A < <(sel '^mla_attention/.*-bf16-fastP$')
+mapfile -t F < <(sel '^mla_attention_s64flat/.*-bf16-fastP$')
+mapfile -t U < <(sel '^mla_attention_s64uniform/.*-bf16-fastP$')
+for r in 1 2; do
+  step auto$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/auto$r.json" "${A[@]}"
+  step flat$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/flat$r.json" "${F[@]}"
+  step uniform$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/uniform$r.json" "${U[@]}"
 done
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
