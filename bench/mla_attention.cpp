@@ -217,6 +217,13 @@ void add_mla_attention_benches(Registry& r) {
       for (const int64_t q_len : {1, 2, 4, 8})
         for (const int64_t B : {1, 8, 32, 128})
           for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, kernel, fast);
+  // The same at the exact precision (P as hi + lo), where the rule still gives v2 the calls of
+  // little work: automatic, v3 and v2 (the wide form runs the fast precision only).
+  for (const auto kernel : {automatic, ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
+    for (const int64_t H : {32, 96, 128})
+      for (const int64_t q_len : {1, 2, 4, 8})
+        for (const int64_t B : {1, 8, 32, 128})
+          for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, kernel);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {
