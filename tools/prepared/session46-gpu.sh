@@ -28,5 +28,15 @@ for r in 1 2; do
   step flat$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/flat$r.json" "${F[@]}"
   step uniform$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/uniform$r.json" "${U[@]}"
 done
+# And the fp8 grid at the exact precision on automatic, v3 and v2 (the bench since 6d0c4b1-era
+# main): whether the exact precision's rule (v2 below 24576 tile-keys) is stale as the fast one's was.
+mapfile -t EA < <(sel '^mla_attention/.*-fp8_e4m3-qfp8$')
+mapfile -t EK < <(sel '^mla_attention_km/.*-fp8_e4m3-qfp8$')
+mapfile -t EV < <(sel '^mla_attention_v2/.*-fp8_e4m3-qfp8$')
+for r in 1 2; do
+  step eauto$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/eauto$r.json" "${EA[@]}"
+  step ekm$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/ekm$r.json" "${EK[@]}"
+  step ev2$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/ev2$r.json" "${EV[@]}"
+done
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
