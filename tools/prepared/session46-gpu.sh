@@ -28,7 +28,7 @@ for r in 1 2; do
   step flat$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/flat$r.json" "${F[@]}"
   step uniform$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/uniform$r.json" "${U[@]}"
 done
-# And the fp8 grid at the exact precision on automatic, v3 and v2 (the bench since 6d0c4b1-era
+# And the fp8 grid at the exact precision on automatic, v3 and v2 (the bench since 6728ab1; build
 # main): whether the exact precision's rule (v2 below 24576 tile-keys) is stale as the fast one's was.
 mapfile -t EA < <(sel '^mla_attention/.*-fp8_e4m3-qfp8$')
 mapfile -t EK < <(sel '^mla_attention_km/.*-fp8_e4m3-qfp8$')
