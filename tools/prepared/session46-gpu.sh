@@ -38,5 +38,7 @@ for r in 1 2; do
   step ekm$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/ekm$r.json" "${EK[@]}"
   step ev2$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/ev2$r.json" "${EV[@]}"
 done
+scripts/kernel-grid-compare "$OUT"/z/auto?.json "$OUT"/z/flat?.json "$OUT"/z/uniform?.json | tail -20
+scripts/kernel-grid-compare "$OUT"/z/eauto?.json "$OUT"/z/ekm?.json "$OUT"/z/ev2?.json --suffix=-fp8_e4m3-qfp8 | tail -20
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
