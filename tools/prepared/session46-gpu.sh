@@ -18,25 +18,24 @@ for sr in verify8-B128-ctx8192-H128:1400 verify8-B128-ctx1024-H96:10000 verify4-
 done
 # Then v4's two schedules forced over the grid (mla_attention_s64flat/, mla_attention_s64uniform/)
 # beside the automatic choice, two rounds: the check of mla_attention_seesaw64_flat_wins, as the
-# forty-fifth session's job 5 checked the kernel rule (read them as /tmp/rule45-style best-of-two).
+# forty-fifth session's job 5 checked the kernel rule (scripts/kernel-grid-compare reads them, below).
 sel() { for n in $($B --list | awk -v p="$1" '$1 ~ p {print $1}'); do printf -- '--filter\n%s\n' "$n"; done; }
-mapfile -t A < <(sel '^mla_attention/.*-bf16-fastP$')
-mapfile -t F < <(sel '^mla_attention_s64flat/.*-bf16-fastP$')
-mapfile -t U < <(sel '^mla_attention_s64uniform/.*-bf16-fastP$')
+# families ROUND NAME=REGEX...: each family's cases (REGEX over the case names) as $OUT/z/NAME<ROUND>.json
+families() {
+  local r=$1 pair name; shift
+  for pair in "$@"; do
+    name=${pair%%=*}
+    mapfile -t F < <(sel "${pair#*=}")
+    step "$name$r" 240 $B --reps 10 --no-ceilings --json "$OUT/z/$name$r.json" "${F[@]}"
+  done
+}
 for r in 1 2; do
-  step auto$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/auto$r.json" "${A[@]}"
-  step flat$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/flat$r.json" "${F[@]}"
-  step uniform$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/uniform$r.json" "${U[@]}"
+  families $r auto='^mla_attention/.*-bf16-fastP$' flat='^mla_attention_s64flat/.*-bf16-fastP$' uniform='^mla_attention_s64uniform/.*-bf16-fastP$'
 done
 # And the fp8 grid at the exact precision on automatic, v3 and v2 (the bench since 6728ab1; build
 # main): whether the exact precision's rule (v2 below 24576 tile-keys) is stale as the fast one's was.
-mapfile -t EA < <(sel '^mla_attention/.*-fp8_e4m3-qfp8$')
-mapfile -t EK < <(sel '^mla_attention_km/.*-fp8_e4m3-qfp8$')
-mapfile -t EV < <(sel '^mla_attention_v2/.*-fp8_e4m3-qfp8$')
 for r in 1 2; do
-  step eauto$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/eauto$r.json" "${EA[@]}"
-  step ekm$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/ekm$r.json" "${EK[@]}"
-  step ev2$r 240 $B --reps 10 --no-ceilings --json "$OUT/z/ev2$r.json" "${EV[@]}"
+  families $r eauto='^mla_attention/.*-fp8_e4m3-qfp8$' ekm='^mla_attention_km/.*-fp8_e4m3-qfp8$' ev2='^mla_attention_v2/.*-fp8_e4m3-qfp8$'
 done
 scripts/kernel-grid-compare "$OUT"/z/auto?.json "$OUT"/z/flat?.json "$OUT"/z/uniform?.json | tail -20
 scripts/kernel-grid-compare "$OUT"/z/eauto?.json "$OUT"/z/ekm?.json "$OUT"/z/ev2?.json --suffix=-fp8_e4m3-qfp8 | tail -20
