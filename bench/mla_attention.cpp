@@ -9,8 +9,6 @@
 // "-fastP" cases: MlaAttentionPrecision::fast (P rounded once before P V, as FlashMLA computes
 // it): the bf16 cache over the whole grid (FlashMLA's shapes) and the fp8 cache with an fp8 query
 // over the same grid; compare with the same case without the suffix (exact, the default).
-#include <set>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -30,8 +28,7 @@ void add_mla_attention_benches(Registry& r) {
       {DType::bf16, DType::bf16}, {DType::fp8_e4m3, DType::bf16}, {DType::fp8_e4m3, DType::fp8_e4m3}};
   // One case; `kernel` forces a CUDA kernel ("mla_attention_v1/..." for v1, mma.sync, to compare
   // with the automatic choice, the WGMMA kernel on an H200).
-  std::set<std::string> names;  // a case registered twice: the first stands (the grids below overlap)
-  auto add = [&r, &names](DType dt, DType q_dt, int64_t H, int64_t q_len, int64_t B, int64_t ctx,
+  auto add = [&r](DType dt, DType q_dt, int64_t H, int64_t q_len, int64_t B, int64_t ctx,
                   ops::MlaAttentionKernel kernel,
                   ops::MlaAttentionPrecision precision = ops::MlaAttentionPrecision::exact,
                   ops::MlaAttentionSchedule schedule = ops::MlaAttentionSchedule::automatic, int32_t splits = 0) {
@@ -52,7 +49,6 @@ void add_mla_attention_benches(Registry& r) {
                                                                    : "mla_attention/",
                  q_len == 1 ? "decode" : str("verify", q_len), "-B", B, "-ctx", ctx, "-H", H, "-", dtype_name(dt),
                  fp8_q ? "-qfp8" : "", fast ? "-fastP" : "", splits > 0 ? str("-sp", splits) : std::string());
-    if (!names.insert(c.name).second) return;
     c.buffers = {{"o", DType::bf16, {Tq, H, ops::kMlaNope}},
                  {"lse", DType::f32, {Tq, H}},
                  {"q", q_dt, {Tq, H, ops::kMlaRow}},
@@ -96,11 +92,7 @@ void add_mla_attention_benches(Registry& r) {
     for (const int64_t H : {32, 96, 128})
       for (const int64_t q_len : {1, 2, 4, 8})
         for (const int64_t B : {1, 8, 32, 128})
-          for (const int64_t ctx : {1024, 8192, 32768}) {
-            // fp8 q: a subset (decode and verify 4, B 8 and 128, 8k), enough to compare.
-            if (q_dt == DType::fp8_e4m3 && ((q_len != 1 && q_len != 4) || (B != 8 && B != 128) || ctx != 8192)) continue;
-            add(dt, q_dt, H, q_len, B, ctx, ops::MlaAttentionKernel::automatic);
-          }
+          for (const int64_t ctx : {1024, 8192, 32768}) add(dt, q_dt, H, q_len, B, ctx, ops::MlaAttentionKernel::automatic);
   }
   // The fast precision (P rounded once, as FlashMLA computes it) with the bf16 cache over the
   // whole grid: the cases `.peers/flashmla-bench --grid` runs (bench/peers/flashmla_dense.cu),
@@ -124,31 +116,19 @@ void add_mla_attention_benches(Registry& r) {
     for (const int64_t q_len : {1, 2, 4, 8})
       for (const int64_t B : {1, 8, 32, 128})
         for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, automatic, fast);
-  // The keys-as-M kernel (fp8 cache and q) beside v2 on the fp8 shapes.
-  for (const int64_t H : {32, 128})
-    for (const int64_t q_len : {1, 4})
-      for (const auto precision : {ops::MlaAttentionPrecision::exact, fast})
-        add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, ops::MlaAttentionKernel::wgmma_keys_m, precision);
-  // Its wide form (64 query rows per CTA, fast only) on the same shapes.
-  for (const int64_t H : {32, 128})
-    for (const int64_t q_len : {1, 4})
-      add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, 128, 8192, ops::MlaAttentionKernel::wgmma_keys_m_wide, fast);
-  // The H 32 decode over the batch and context grid, both kernels (automatic is v2 there
-  // unless the rule picks v3), P rounded once.
-  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
-    for (const int64_t B : {1, 8, 32, 128})
-      for (const int64_t ctx : {1024, 8192, 32768}) {
-        if (kernel == ops::MlaAttentionKernel::wgmma_keys_m && B == 128 && ctx == 8192) continue;  // above
-        add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, ctx, kernel, fast);
-      }
-  // More rows per sequence (H 96 / 128 decode, verify 2 / 4 / 8 at H 32), both kernels, 8k keys.
-  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma_keys_m_wide,
-                            ops::MlaAttentionKernel::wgmma})
-    for (const auto& [H, q_len] : {std::pair<int64_t, int64_t>{96, 1}, {128, 1}, {32, 2}, {32, 4}, {32, 8}})
-      for (const int64_t B : {1, 8, 32, 128}) {
-        if (B == 128 && ((H == 128 && q_len == 1) || (H == 32 && q_len == 4))) continue;  // above
-        add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, 8192, kernel, fast);
-      }
+  // The fp8 cache with an fp8 query on each of its kernels forced over the whole grid: v3, v3 wide
+  // and v2 at the fast precision, v3 and v2 at the exact one (the wide form runs the fast precision
+  // only); beside the automatic cases above, the measurement behind the automatic choice for an
+  // fp8 cache (mla_attention_cuda_kernel), as the v4 / v2 grids below are for a bf16 one.
+  for (const auto precision : {fast, ops::MlaAttentionPrecision::exact})
+    for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma_keys_m_wide,
+                              ops::MlaAttentionKernel::wgmma}) {
+      if (kernel == ops::MlaAttentionKernel::wgmma_keys_m_wide && precision != fast) continue;
+      for (const int64_t H : {32, 96, 128})
+        for (const int64_t q_len : {1, 2, 4, 8})
+          for (const int64_t B : {1, 8, 32, 128})
+            for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, kernel, precision);
+    }
   // The bf16-cache keys-as-M kernel beside v2, both forced, P rounded once: the H 32 decode over
   // the batch and context grid, H 96 / 128 and verify 2 / 4 / 8 at B 128 8k.
   for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m_bf16, ops::MlaAttentionKernel::wgmma}) {
@@ -208,22 +188,6 @@ void add_mla_attention_benches(Registry& r) {
   for (const auto& [q_len, B] : h96_bf16)
     for (const int32_t splits : {1, 2, 3, 4, 5, 8})
       add(DType::bf16, DType::bf16, 96, q_len, B, 8192, automatic, fast, ops::MlaAttentionSchedule::automatic, splits);
-  // The fp8 cache with an fp8 query on each of its kernels forced (v3, v3 wide, v2), P rounded
-  // once, over the whole grid: the measurement behind the automatic choice for an fp8 cache
-  // (mla_attention_cuda_kernel), as the v4 / v2 grids above are for a bf16 one.
-  for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma_keys_m_wide,
-                            ops::MlaAttentionKernel::wgmma})
-    for (const int64_t H : {32, 96, 128})
-      for (const int64_t q_len : {1, 2, 4, 8})
-        for (const int64_t B : {1, 8, 32, 128})
-          for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, kernel, fast);
-  // The same at the exact precision (P as hi + lo), where the rule still gives v2 the calls of
-  // little work: automatic, v3 and v2 (the wide form runs the fast precision only).
-  for (const auto kernel : {automatic, ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma})
-    for (const int64_t H : {32, 96, 128})
-      for (const int64_t q_len : {1, 2, 4, 8})
-        for (const int64_t B : {1, 8, 32, 128})
-          for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, kernel);
   // v1 beside v2 on the shapes of docs/perf.md's MLA discussion.
   for (const DType dt : {DType::bf16, DType::fp8_e4m3})
     for (const int64_t H : {32, 128}) {
