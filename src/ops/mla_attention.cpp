@@ -222,8 +222,8 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
     if (!walks && tiles >= kMlaAttentionSeesaw64SharedMinRowTiles && kv_len / splits >= kMlaAttentionSeesaw64SharedMinSplitKeys)
       return MlaAttentionKernel::wgmma_seesaw64;
   }
-  const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
   if (!fp8_cache_and_q) return MlaAttentionKernel::wgmma;
+  const int64_t tiles = (rows + kMlaAttentionKeysMTileRows - 1) / kMlaAttentionKeysMTileRows;
   // At the fast precision v3 at any size (v2 was slower on every grid shape); the exact one keeps
   // v2 for little work (not measured since).
   if (!fast_precision && batch * tiles * kv_len < kMlaAttentionKeysMMinTileKeys) return MlaAttentionKernel::wgmma;
