@@ -94,7 +94,7 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::mma_sync, 9, 0, true, 32, 128, 8192, false), K::mma_sync);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma, 8, 6, false, 32, 1, 1024, false), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::wgmma_keys_m, 9, 0, false, 128, 1, 64, false), K::wgmma_keys_m);
-  // The keys-as-M kernel: fp8 cache and q, batch x ceil(rows / 32) x kv_len >= 24576.
+  // The keys-as-M kernel: fp8 cache and q, at the exact precision rows > 32 or batch x kv_len >= 24576.
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 8192, false), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 1, 128, 1024, false), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 128, 8192, false), K::wgmma_keys_m);
@@ -103,10 +103,13 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 16384, false), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 8192, false), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 96, 1, 8192, false), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 1, 8192, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 1, 8192, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 1, 1, false), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 24575, 1, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 24576, 1, false), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8191, false), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 3, 8192, false), K::wgmma_keys_m);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 4096, false), K::wgmma);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 4096, false), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, false, 32, 128, 8192, false), K::wgmma);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 9, true, 32, 128, 8192, false), K::mma_sync);
   // At the fast precision v3 at any size, in its wide form (64 query rows per CTA) when 64-row

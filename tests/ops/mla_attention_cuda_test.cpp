@@ -176,13 +176,17 @@ void use_fp8_q(Problem& p, uint64_t seed) {
 // on the e4m3 operands), and is refused
 // with the reason for what it does not take (a bf16 cache or a bf16 q); the automatic choice
 // takes it for an fp8 H 32 decode of 8 x 8192 keys, its wide form for a short one at the fast
-// precision and v2 for a short one at the exact precision (the rule: mla_attention_cuda_kernel).
+// precision, v2 for a short one at the exact precision, and v3 for a short call of 64 rows a
+// sequence at the exact precision (the rule: mla_attention_cuda_kernel).
 TEST_F(MlaAttentionCuda, KeysMKernelForFp8CacheAndQ) {
   Problem p = make(64, DType::fp8_e4m3, {100, 37, 700}, 5, 32);
   use_fp8_q(p, 6);
   const auto short_auto = run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::fast);
   EXPECT_TRUE(launched(short_auto, "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"));
   EXPECT_TRUE(launched(run(p, MlaAttentionKernel::automatic, MlaAttentionPrecision::exact), "mla_attention_sm90_kernel<fp8 cache, fp8 q>"));
+  Problem wider = make(64, DType::fp8_e4m3, {100, 37, 700}, 11, 64);  // as short, 64 rows a sequence
+  use_fp8_q(wider, 12);
+  EXPECT_TRUE(launched(run(wider, MlaAttentionKernel::automatic, MlaAttentionPrecision::exact), "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
   Problem large = make(64, DType::fp8_e4m3, std::vector<int32_t>(8, 8192), 9, 32);
   use_fp8_q(large, 10);
   EXPECT_TRUE(launched(run(large, MlaAttentionKernel::automatic), "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"));
