@@ -432,6 +432,60 @@ TEST_F(MlaAttentionCuda, Seesaw64OBoxesOnlyForTokensHRowsApart) {
   }
 }
 
+// v3 wide's o boxes by tensor copy, as v4's: taken for one split with o's tokens H rows apart, for
+// the whole 64-row tiles (at H 96 each sequence's first; its second, 32 rows, goes row by row); an
+// o whose tokens are further apart goes row by row. Both give the packed o's bits and leave the
+// padding alone.
+TEST_F(MlaAttentionCuda, WideKeysMOBoxesOnlyForTokensHRowsApart) {
+  std::vector<int32_t> lens(140);
+  for (size_t b = 0; b < lens.size(); ++b) lens[b] = static_cast<int32_t>(1 + (b * 37) % 300);
+  const auto problem = [&] {  // 280 row tiles: one split; the same values each time
+    Problem p = make(64, DType::fp8_e4m3, lens, 4611, 96);
+    use_fp8_q(p, 4612);
+    return p;
+  };
+  Problem packed = problem();
+  poison_outputs(packed);
+  EXPECT_TRUE(launched(run(packed, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast),
+                       "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows> + o boxes by tensor copy"));
+  const std::vector<uint16_t> want = testing_util::download<uint16_t>(packed.o);
+  const std::vector<float> want_lse = testing_util::download<float>(packed.lse);
+  for (float x : want_lse) ASSERT_FALSE(std::isnan(x)) << "every lse written";
+  const int64_t Tq = packed.q_start.back(), H = packed.H;
+  struct Padding {
+    int64_t heads, cols;  // o is [Tq, heads, cols], viewed as [Tq, H, 512]
+    bool boxes;
+  };
+  for (const Padding pad : {Padding{H, kMlaNope + 64, true}, Padding{H + 1, kMlaNope, false}}) {
+    Problem p = problem();
+    poison_outputs(p);
+    // NaN bf16 (0x7fc1) everywhere: every element of the view must be rewritten, the padding kept.
+    Tensor wide = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * pad.heads * pad.cols), 0x7fc1), {Tq, pad.heads, pad.cols},
+                         DType::bf16, Device::cuda);
+    MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast);
+    a.o = wide.view().slice(1, 0, H).slice(2, 0, kMlaNope);
+    std::vector<std::string> log;
+    cuda::set_launch_log(&log);
+    mla_attention(Backend::cuda, a);
+    device_sync();
+    cuda::set_launch_log(nullptr);
+    EXPECT_TRUE(launched(log, "64 rows>"));
+    EXPECT_EQ(launched(log, "+ o boxes by tensor copy"), pad.boxes) << "o as [" << pad.heads << ", " << pad.cols << "] a token";
+    EXPECT_EQ(testing_util::download<float>(p.lse), want_lse) << "lse as with the packed o";
+    const std::vector<uint16_t> got = testing_util::download<uint16_t>(wide);
+    for (int64_t tok = 0; tok < Tq; ++tok)
+      for (int64_t h = 0; h < pad.heads; ++h)
+        for (int64_t d = 0; d < pad.cols; ++d) {
+          const uint16_t x = got[static_cast<size_t>((tok * pad.heads + h) * pad.cols + d)];
+          if (h < H && d < kMlaNope) {
+            ASSERT_EQ(x, want[static_cast<size_t>((tok * H + h) * kMlaNope + d)]) << "token " << tok << " head " << h << " column " << d;
+          } else {
+            ASSERT_EQ(x, 0x7fc1) << "padding written: token " << tok << " head " << h << " column " << d;
+          }
+        }
+  }
+}
+
 // v4 past one wave (more CTAs than SMs, one split): a grid of one wave whose CTAs walk the batch,
 // each CTA's tile counts running on from one sequence to the next. Every sequence must get the
 // bits it gets in a batch of its own small enough for one CTA each (the batch cut into groups by

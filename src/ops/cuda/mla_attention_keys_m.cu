@@ -195,6 +195,12 @@ constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
 constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
+// The wide form's o by tensor copy (o_boxes): warpgroup c's 256 value features of the 64 rows as 4
+// boxes of 64 rows x 64 features (bf16, the 128-byte swizzle: sw128_offset(64, row, feature)) in
+// the c-th 32 KB of the stages, free once both warpgroups passed the merge barrier (the CTA's one
+// row tile consumed every tile the producers fill).
+constexpr uint32_t kOHalfBytes = kWide * (kDv / 2) * 2;  // 32,768
+static_assert(kOffStages % 1024 == 0 && 2 * kOHalfBytes <= kStages * kStageBytes, "o's boxes in the stages, 1024-aligned");
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
 static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216400 && kSmemBytes <= 232448,
@@ -205,6 +211,7 @@ static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes)
               "the fast layout's 4 blocks of 16 rows (one per producer warp) fit a stage, 16-byte aligned");
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
+constexpr int kBarO = 11;  // + c: warpgroup c's o boxes staged (the wide form's o by tensor copy)
 
 // The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): row tiles of
 // kRows (32, or 64 in the wide instantiation), 64-key tiles.
@@ -492,6 +499,11 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], con
 // One output row's kV consecutive features f0 .. f0 + kV - 1 of row r (already scaled): bf16 o and
 // its lse (natural log) when the call has one split, else the split's f32 partial and base-2 lse
 // for the combine kernel.
+// lse of row r (one split), natural log.
+__device__ __forceinline__ void store_lse(const MlaAttentionParams& p, const SeqPlan& s, int r, float lse2) {
+  if (p.lse) p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
+}
+
 template <int kV>
 __device__ __forceinline__ void store_row(const MlaAttentionParams& p, const SeqPlan& s, int split, int r, int f0,
                                           const float (&v)[kV], float lse2, bool lse_writer) {
@@ -509,8 +521,7 @@ __device__ __forceinline__ void store_row(const MlaAttentionParams& p, const Seq
       for (int e = 0; e < kV; ++e)
         orow[(f0 + e) * p.o_s2] = static_cast<uint16_t>(e % 2 == 0 ? pk[e / 2] & 0xffffu : pk[e / 2] >> 16);
     }
-    if (p.lse && lse_writer)
-      p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
+    if (lse_writer) store_lse(p, s, r, lse2);
   } else {
     const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
     float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
@@ -779,7 +790,7 @@ __device__ __forceinline__ void pv_tile_wide(float (&o)[km::kPvTilesWide][32], u
 }
 
 __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                              uint8_t* base_ptr, int c, int t) {
+                                              uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map, bool o_boxes) {
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [m, l][64]
@@ -860,9 +871,14 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
     }
     named_bar_sync(kBarMerge, kConsumerThreads);
     // The output: the thread's 8 features f0 .. f0 + 7 (km::pv_wide_feature: byte 2 mm + half) of
-    // each of its 16 columns.
+    // each of its 16 columns. A whole row tile of one split (o_boxes: the host encoded o's tensor
+    // map, which needs o's tokens H rows apart) goes out as 4 boxes a warpgroup by tensor copy from
+    // the stages, one thread's 4 copies where the rows took 16 stores a thread (the timeline:
+    // ~6.2 us a row tile at verify 8 B128 1k H 128, a sixth of the CTA); others row by row.
     const int f0 = 256 * c + 8 * km::pv_wide_unit(w, g);
     const bool lse_writer = c == 0 && w == 0 && g == 0;
+    const bool boxes = o_boxes && tp.rows_here == kWide;
+    uint8_t* const o_half = base_ptr + kOffStages + c * kOHalfBytes;
 #pragma unroll
     for (int k = 0; k < 16; ++k) {
       const int n = col_of_slot(q4, k);
@@ -873,13 +889,31 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       for (int mm = 0; mm < km::kPvTilesWide; ++mm)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
-      store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
+      if (boxes) {
+        *reinterpret_cast<uint4*>(o_half + sw128_offset(kWide, n, f0 - 256 * c)) =
+            make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
+        if (lse_writer) store_lse(p, s, tp.r0 + n, lse2);
+      } else {
+        store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
+      }
+    }
+    if (boxes) {
+      fence_proxy_async();  // the staged boxes (generic stores) before the tensor copies (async proxy) read them
+      named_bar_sync(kBarO + c, 128);
+      if (t == 0) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          sm90::tma_store_2d(o_map, base + kOffStages + c * kOHalfBytes + k * (kWide * 128), 256 * c + 64 * k, s.qb * p.H + tp.r0);
+        sm90::bulk_commit_group();
+        sm90::bulk_wait_group_read0();  // read before the CTA's shared memory goes
+      }
     }
   }
 }
 
 template <bool kSplitP, bool kFp8Qk, int kRows>
-__global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_o, int o_boxes) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -912,7 +946,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
     if constexpr (kRows == kWide) {
       static_assert(!kSplitP && kFp8Qk, "the wide instantiation runs the fast precision");
-      consumer_wide(p, s, split, base, base_ptr, c, tid % 128);
+      consumer_wide(p, s, split, base, base_ptr, c, tid % 128, &map_o, o_boxes != 0);
     } else {
       consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, c, tid % 128);
     }
@@ -920,15 +954,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_attention_keys_m_kernel(const
 }
 
 template <bool kSplitP, bool kFp8Qk, int kRows>
-void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
+void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, bool o_boxes, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows><<<grid, kThreads, kSmemBytes, s>>>(p);
+  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows><<<grid, kThreads, kSmemBytes, s>>>(p, map_o, o_boxes ? 1 : 0);
+  // (o's path in the name, so that tests can tell which ran)
   KESTREL_LAUNCHED(kSplitP           ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
-                   : kRows == kWide ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"
+                   : kRows == kWide ? (o_boxes ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows> + o boxes by tensor copy"
+                                               : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>")
                    : kFp8Qk         ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
                                     : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
 }
@@ -938,13 +974,17 @@ void launch(const MlaAttentionParams& p, dim3 grid, cudaStream_t s) {
 // Exact precision: f16 operands for both products, P as hi + lo. Fast: P rounded once to f16 and
 // QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
+// The wide form writes a whole row tile's o by tensor copy when the call has one split and o's
+// tokens lie H rows apart (encode_mla_o_map), else row by row.
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s) {
+  CUtensorMap map_o{};
   if (split_p) {
-    launch<true, false, kN>(p, grid, s);
+    launch<true, false, kN>(p, grid, map_o, false, s);
   } else if (wide) {
-    launch<false, true, kWide>(p, grid, s);
+    const bool o_boxes = p.splits == 1 && encode_mla_o_map(p, &map_o);
+    launch<false, true, kWide>(p, grid, map_o, o_boxes, s);
   } else {
-    launch<false, true, kN>(p, grid, s);
+    launch<false, true, kN>(p, grid, map_o, false, s);
   }
 }
 
