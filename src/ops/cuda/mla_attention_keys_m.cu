@@ -789,8 +789,10 @@ __device__ __forceinline__ void pv_tile_wide(float (&o)[km::kPvTilesWide][32], u
   // The last group stays in flight, retired by the next QK or the row tile's end (as pv_tile).
 }
 
+// kOBoxes: o goes out through the stages (one split; the host encoded o's tensor map o_map).
+template <bool kOBoxes>
 __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                              uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map, bool o_boxes) {
+                                              uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map) {
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [m, l][64]
@@ -871,49 +873,68 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
     }
     named_bar_sync(kBarMerge, kConsumerThreads);
     // The output: the thread's 8 features f0 .. f0 + 7 (km::pv_wide_feature: byte 2 mm + half) of
-    // each of its 16 columns. A whole row tile of one split (o_boxes: the host encoded o's tensor
-    // map, which needs o's tokens H rows apart) goes out as 4 boxes a warpgroup by tensor copy from
-    // the stages, one thread's 4 copies where the rows took 16 stores a thread (the timeline:
-    // ~6.2 us a row tile at verify 8 B128 1k H 128, a sixth of the CTA); others row by row.
+    // each of its 16 columns.
     const int f0 = 256 * c + 8 * km::pv_wide_unit(w, g);
-    const bool lse_writer = c == 0 && w == 0 && g == 0;
-    const bool boxes = o_boxes && tp.rows_here == kWide;
-    uint8_t* const o_half = base_ptr + kOffStages + c * kOHalfBytes;
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
+    // Column k's 8 features times its row's scale, and that row's lse2.
+    const auto row_out = [&](int k, float (&v)[8]) {
       const int n = col_of_slot(q4, k);
-      if (n >= tp.rows_here) continue;
       const auto [scale, lse2] = mla_row_end(s.bad_len, ml[n], ml[kWide + n], p.out_scale);
-      float v[8];
 #pragma unroll
       for (int mm = 0; mm < km::kPvTilesWide; ++mm)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
-      if (boxes) {
-        *reinterpret_cast<uint4*>(o_half + sw128_offset(kWide, n, f0 - 256 * c)) =
+      return lse2;
+    };
+    if constexpr (kOBoxes) {
+      // o through the stages (kOHalfBytes: warpgroup c's features as 4 boxes), then a whole row
+      // tile by 4 tensor copies from one thread, where the rows took 16 stores a thread (the
+      // timeline: ~6.2 us a row tile at verify 8 B128 1k H 128, a sixth of the CTA); the rows of a
+      // partial one by the warpgroup, a row's 512 bytes a warp (o_vec: 16-byte rows). (Rows past
+      // the tile's are staged too, never copied.)
+      uint8_t* const o_half = base_ptr + kOffStages + c * kOHalfBytes;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        float v[8];
+        row_out(k, v);
+        *reinterpret_cast<uint4*>(o_half + sw128_offset(kWide, col_of_slot(q4, k), f0 - 256 * c)) =
             make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
-        if (lse_writer) store_lse(p, s, tp.r0 + n, lse2);
-      } else {
-        store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
       }
-    }
-    if (boxes) {
+      if (c == 0 && t < tp.rows_here) store_lse(p, s, tp.r0 + t, mla_row_end(s.bad_len, ml[t], ml[kWide + t], p.out_scale).lse2);
       fence_proxy_async();  // the staged boxes (generic stores) before the tensor copies (async proxy) read them
       named_bar_sync(kBarO + c, 128);
-      if (t == 0) {
+      if (tp.rows_here == kWide) {
+        if (t == 0) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
-          sm90::tma_store_2d(o_map, base + kOffStages + c * kOHalfBytes + k * (kWide * 128), 256 * c + 64 * k, s.qb * p.H + tp.r0);
-        sm90::bulk_commit_group();
-        sm90::bulk_wait_group_read0();  // read before the CTA's shared memory goes
+          for (int k = 0; k < 4; ++k)
+            sm90::tma_store_2d(o_map, base + kOffStages + c * kOHalfBytes + k * (kWide * 128), 256 * c + 64 * k, s.qb * p.H + tp.r0);
+          sm90::bulk_commit_group();
+          sm90::bulk_wait_group_read0();  // read before the CTA's shared memory goes
+        }
+      } else {
+        uint16_t* const o_rows = p.o + static_cast<int64_t>(s.qb * p.H + tp.r0) * p.o_s1 + 256 * c;
+        for (int i = t; i < tp.rows_here * 32; i += 128) {
+          const int n = i / 32, u = i % 32;
+          *reinterpret_cast<uint4*>(o_rows + n * p.o_s1 + 8 * u) = *reinterpret_cast<const uint4*>(o_half + sw128_offset(kWide, n, 8 * u));
+        }
+      }
+    } else {
+      const bool lse_writer = c == 0 && w == 0 && g == 0;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const int n = col_of_slot(q4, k);
+        if (n >= tp.rows_here) continue;
+        float v[8];
+        const float lse2 = row_out(k, v);
+        store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
       }
     }
   }
 }
 
-template <bool kSplitP, bool kFp8Qk, int kRows>
+template <bool kSplitP, bool kFp8Qk, int kRows, bool kOBoxes>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_o, int o_boxes) {
+    mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_o) {
+  static_assert(kRows == kWide || !kOBoxes, "o by tensor copy: the wide instantiation only");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -946,25 +967,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
     if constexpr (kRows == kWide) {
       static_assert(!kSplitP && kFp8Qk, "the wide instantiation runs the fast precision");
-      consumer_wide(p, s, split, base, base_ptr, c, tid % 128, &map_o, o_boxes != 0);
+      consumer_wide<kOBoxes>(p, s, split, base, base_ptr, c, tid % 128, &map_o);
     } else {
       consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, c, tid % 128);
     }
   }
 }
 
-template <bool kSplitP, bool kFp8Qk, int kRows>
-void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, bool o_boxes, cudaStream_t s) {
+template <bool kSplitP, bool kFp8Qk, int kRows, bool kOBoxes = false>
+void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows>,
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOBoxes>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows><<<grid, kThreads, kSmemBytes, s>>>(p, map_o, o_boxes ? 1 : 0);
+  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOBoxes><<<grid, kThreads, kSmemBytes, s>>>(p, map_o);
   // (o's path in the name, so that tests can tell which ran)
   KESTREL_LAUNCHED(kSplitP           ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
-                   : kRows == kWide ? (o_boxes ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows> + o boxes by tensor copy"
-                                               : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>")
+                   : kOBoxes        ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows> + o boxes by tensor copy"
+                   : kRows == kWide ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"
                    : kFp8Qk         ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
                                     : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
 }
@@ -979,12 +1000,13 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, bo
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s) {
   CUtensorMap map_o{};
   if (split_p) {
-    launch<true, false, kN>(p, grid, map_o, false, s);
+    launch<true, false, kN>(p, grid, map_o, s);
+  } else if (wide && p.splits == 1 && encode_mla_o_map(p, &map_o)) {
+    launch<false, true, kWide, true>(p, grid, map_o, s);
   } else if (wide) {
-    const bool o_boxes = p.splits == 1 && encode_mla_o_map(p, &map_o);
-    launch<false, true, kWide>(p, grid, map_o, o_boxes, s);
+    launch<false, true, kWide>(p, grid, map_o, s);
   } else {
-    launch<false, true, kN>(p, grid, map_o, false, s);
+    launch<false, true, kN>(p, grid, map_o, s);
   }
 }
 
