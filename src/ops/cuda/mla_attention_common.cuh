@@ -216,6 +216,12 @@ bool encode_mla_bf16_cache_map(const MlaAttentionParams& p, int box_rows, CUtens
 // for other strides or when the driver offers no encoder or refuses the map.
 bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map);
 
+// A tensor map over an e4m3 q as [Tq * H][576] byte rows (its tokens H rows apart: q_s0 == H *
+// q_s1, rows 16-byte aligned), boxes of 128 bytes x 32 rows, 128-byte swizzle, zeros past column
+// 575 and the last row (v3 wide's Q: two 32-row tiles of 5 chunks); false for other strides or
+// when the driver offers no encoder or refuses the map.
+bool encode_mla_q8_map(const MlaAttentionParams& p, CUtensorMap* map);
+
 // A tensor map over a bf16 o as [Tq * H][512] rows (its tokens H rows apart: o_s0 == H * o_s1,
 // o_vec), boxes of 64 columns x 64 rows, 128-byte swizzle (v4's staged o boxes: a whole row
 // tile's o by tensor copy); false for other strides or when the driver offers no encoder or

@@ -192,7 +192,8 @@ constexpr uint32_t kOffAlpha = kOffLim + kWide * 4;           // wide: [2 buffer
 constexpr uint32_t kOffGrew = kOffAlpha + 2 * kWide * 4;      // and [2 buffers][2 warpgroups] i32 flags
 constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
-constexpr uint32_t kSmemUsed = kBarEmpty + 8 * kStages;
+constexpr uint32_t kBarQFull = kBarEmpty + 8 * kStages;  // the wide form's Q by tensor copy (q_tma)
+constexpr uint32_t kSmemUsed = kBarQFull + 8;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
 // The wide form's o by tensor copy (o_boxes): warpgroup c's 256 value features of the 64 rows as 4
@@ -203,7 +204,7 @@ constexpr uint32_t kOHalfBytes = kWide * (kDv / 2) * 2;  // 32,768
 static_assert(kOffStages % 1024 == 0 && 2 * kOHalfBytes <= kStages * kStageBytes, "o's boxes in the stages, 1024-aligned");
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
-static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216400 && kSmemBytes <= 232448,
+static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216408 && kSmemBytes <= 232448,
               "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes) && km::kBlockBytes8 % 16 == 0 &&
@@ -250,7 +251,7 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 // on `full` for 41% of their samples (Nsight, H200, B128 8k H32).
 template <bool kFp8Qk, int kRows>
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
-                                         uint8_t* base_ptr, int pw, int lane) {
+                                         uint8_t* base_ptr, int pw, int lane, const CUtensorMap* q_map) {
   const int row = 16 * pw + (lane & 15);
   const bool mine = lane < 16;
   uint32_t ti = 0;
@@ -262,6 +263,20 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       named_bar_sync(kBarRowTile, kThreads);
       // Past this boundary: the consumers may arrive at the next one (see the consumer).
       if (mt + static_cast<int>(gridDim.x) < s.row_tiles) named_bar_arrive(kBarRowTileAck, kThreads);
+    }
+    // The wide form's Q by tensor copy (q_map, the CTA's first row tile; see q_by_tensor_copy):
+    // its two 32-row tiles as 5 boxes of 128 bytes x 32 rows each, Q's layout by the 128-byte
+    // swizzle, zeros past column 575 and past the last row (the rows past the tile's belong to
+    // the next sequence or are zeros: never stored), on kBarQFull; before the first KV tile, so
+    // that Q lands while the block table is read.
+    if (kRows == kWide && q_map != nullptr && first && tp.ntiles > 0 && pw == 0 && lane == 0) {
+      mbar_arrive_expect_tx(base + kBarQFull, kQBytes);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int k = 0; k < 5; ++k)
+          sm90::tma_load_2d(base + kOffQ + h * kQTileBytes8 + k * kN * 128, q_map, 128 * k, s.qb * p.H + tp.r0 + kN * h,
+                            base + kBarQFull);
     }
     first = false;
     for (int j = 0; j < tp.ntiles; ++j, ++ti) {
@@ -535,17 +550,22 @@ __device__ __forceinline__ void store_row(const MlaAttentionParams& p, const Seq
 // previous row tile is done, the causal limit (keys < lim) of each of the kRows rows (0 for padded
 // rows) and Q, published to both warpgroups and the wgmma's async proxy. Nothing when the tile
 // has no keys.
+// q_tma: Q comes by tensor copy (the producer's, on kBarQFull) instead.
 template <bool kFp8Qk, int kRows>
 __device__ __forceinline__ void begin_row_tile(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
-                                               uint8_t* base_ptr, int* lim_s, int c, int t) {
+                                               uint8_t* base_ptr, int* lim_s, int c, int t, uint32_t base = 0, bool q_tma = false) {
   named_bar_sync(kBarQ, kConsumerThreads);
   if (tp.ntiles > 0) {
     if (c == 0 && t < kRows) {
       const int r = tp.r0 + t;
       lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
     }
-    load_q<kFp8Qk, kRows>(p, s, tp, base_ptr, t + 128 * c);
-    fence_proxy_async();
+    if (q_tma) {
+      mbar_wait(base + kBarQFull, 0);
+    } else {
+      load_q<kFp8Qk, kRows>(p, s, tp, base_ptr, t + 128 * c);
+      fence_proxy_async();
+    }
     named_bar_sync(kBarQ, kConsumerThreads);
   }
 }
@@ -792,7 +812,7 @@ __device__ __forceinline__ void pv_tile_wide(float (&o)[km::kPvTilesWide][32], u
 // kOBoxes: o goes out through the stages (one split; the host encoded o's tensor map o_map).
 template <bool kOBoxes>
 __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                              uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map) {
+                                              uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map, bool q_tma) {
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [m, l][64]
@@ -804,7 +824,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan<kWide>(p, s, mt);
     const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
-    begin_row_tile<true, kWide>(p, s, tp, base_ptr, lim_s, c, t);
+    begin_row_tile<true, kWide>(p, s, tp, base_ptr, lim_s, c, t, base, q_tma && mt == static_cast<int>(blockIdx.x));
 
     float o[km::kPvTilesWide][32];
 #pragma unroll
@@ -933,7 +953,8 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
 
 template <bool kSplitP, bool kFp8Qk, int kRows, bool kOBoxes>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_o) {
+    mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_o,
+                                const __grid_constant__ CUtensorMap map_q, int q_tma) {
   static_assert(kRows == kWide || !kOBoxes, "o by tensor copy: the wide instantiation only");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
@@ -947,6 +968,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(base + kBarFull + 8 * st, 4);   // each producer warp's lane 0 (+ transaction bytes)
       mbar_init(base + kBarEmpty + 8 * st, kRows == kWide ? 8 : 4);  // the warps that read the tile
     }
+    mbar_init(base + kBarQFull, 1);  // the producer's arrival (+ Q's bytes)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -958,7 +980,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
-    producer<kFp8Qk, kRows>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32);
+    producer<kFp8Qk, kRows>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32, q_tma ? &map_q : nullptr);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     // The warpgroup index through a shuffle: the compiler then treats it as warp-uniform and keeps
@@ -967,7 +989,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
     if constexpr (kRows == kWide) {
       static_assert(!kSplitP && kFp8Qk, "the wide instantiation runs the fast precision");
-      consumer_wide<kOBoxes>(p, s, split, base, base_ptr, c, tid % 128, &map_o);
+      consumer_wide<kOBoxes>(p, s, split, base, base_ptr, c, tid % 128, &map_o, q_tma != 0);
     } else {
       consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, c, tid % 128);
     }
@@ -975,19 +997,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <bool kSplitP, bool kFp8Qk, int kRows, bool kOBoxes = false>
-void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, cudaStream_t s) {
+void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, const CUtensorMap& map_q, bool q_tma, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
     KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOBoxes>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOBoxes><<<grid, kThreads, kSmemBytes, s>>>(p, map_o);
+  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOBoxes><<<grid, kThreads, kSmemBytes, s>>>(p, map_o, map_q, q_tma ? 1 : 0);
   // (o's path in the name, so that tests can tell which ran)
-  KESTREL_LAUNCHED(kSplitP           ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
-                   : kOBoxes        ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows> + o boxes by tensor copy"
-                   : kRows == kWide ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"
-                   : kFp8Qk         ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
-                                    : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>");
+  static const std::string name =
+      std::string(kSplitP ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
+                  : kRows == kWide ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"
+                  : kFp8Qk         ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
+                                   : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>") +
+      (kOBoxes ? " + o boxes by tensor copy" : "");
+  static const std::string q_name = name + " + q by tensor copy";
+  KESTREL_LAUNCHED((q_tma ? q_name : name).c_str());
 }
 
 }  // namespace
@@ -997,16 +1022,20 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, cu
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
 // The wide form writes a whole row tile's o by tensor copy when the call has one split and o's
 // tokens lie H rows apart (encode_mla_o_map), else row by row.
+// The wide form's Q comes by tensor copy when q's tokens lie H rows apart with 16-byte rows
+// (encode_mla_q8_map); its CTAs take one row tile each (grid.x = the row tiles), which the
+// producer's one copy of Q assumes.
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s) {
-  CUtensorMap map_o{};
+  CUtensorMap map_o{}, map_q{};
+  const bool q_tma = wide && encode_mla_q8_map(p, &map_q);
   if (split_p) {
-    launch<true, false, kN>(p, grid, map_o, s);
+    launch<true, false, kN>(p, grid, map_o, map_q, false, s);
   } else if (wide && p.splits == 1 && encode_mla_o_map(p, &map_o)) {
-    launch<false, true, kWide, true>(p, grid, map_o, s);
+    launch<false, true, kWide, true>(p, grid, map_o, map_q, q_tma, s);
   } else if (wide) {
-    launch<false, true, kWide>(p, grid, map_o, s);
+    launch<false, true, kWide>(p, grid, map_o, map_q, q_tma, s);
   } else {
-    launch<false, true, kN>(p, grid, map_o, s);
+    launch<false, true, kN>(p, grid, map_o, map_q, false, s);
   }
 }
 

@@ -1113,6 +1113,20 @@ bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map) {
   return encode_bf16_row_boxes(const_cast<void*>(p.q), kDqk, p.Tq * p.H, p.q_s1, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, map);
 }
 
+bool encode_mla_q8_map(const MlaAttentionParams& p, CUtensorMap* map) {
+  const auto encode = tensor_map_encoder();
+  if (encode == nullptr || p.q_s2 != 1 || p.q_s1 % 16 != 0 || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1 ||
+      reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || p.Tq * p.H > INT32_MAX)
+    return false;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.Tq * p.H)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.q_s1)};
+  const cuuint32_t box[2] = {128u, 32u};
+  const cuuint32_t unit[2] = {1u, 1u};
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(p.q), dims, strides, box, unit,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map) {
   // o_vec: o_s2 == 1, a 16-byte aligned base and row strides; the box origin is an int.
   if (!p.o_vec || p.o_s0 != static_cast<int64_t>(p.H) * p.o_s1 || p.Tq * p.H > INT32_MAX) return false;
