@@ -389,6 +389,34 @@ TEST_F(MlaAttentionCuda, Seesaw64FlatScheduleMatchesV2) {
     }
 }
 
+// Runs `a` with o re-pointed at a view [Tq, H, 512] of a [Tq, heads, cols] tensor filled with
+// NaN bf16 (0x7fc1) and returns the launch log; every element of the view must then hold `want`'s
+// (o packed) and the padding must keep its NaN.
+std::vector<std::string> run_into_padded_o(MlaAttentionArgs a, int64_t Tq, int64_t H, int64_t heads, int64_t cols,
+                                           const std::vector<uint16_t>& want) {
+  Tensor wide = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * heads * cols), 0x7fc1), {Tq, heads, cols}, DType::bf16, Device::cuda);
+  a.o = wide.view().slice(1, 0, H).slice(2, 0, kMlaNope);
+  std::vector<std::string> log;
+  cuda::set_launch_log(&log);
+  mla_attention(Backend::cuda, a);
+  device_sync();
+  cuda::set_launch_log(nullptr);
+  const std::vector<uint16_t> got = testing_util::download<uint16_t>(wide);
+  for (int64_t tok = 0; tok < Tq; ++tok)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t d = 0; d < cols; ++d) {
+        const bool in_view = h < H && d < kMlaNope;
+        const uint16_t x = got[static_cast<size_t>((tok * heads + h) * cols + d)];
+        const uint16_t expect = in_view ? want[static_cast<size_t>((tok * H + h) * kMlaNope + d)] : 0x7fc1;
+        if (x != expect) {  // (the first wrong element, not all of them)
+          ADD_FAILURE() << (in_view ? "o" : "padding written") << ": token " << tok << " head " << h << " column " << d << ": 0x"
+                        << std::hex << x << " against 0x" << expect << std::dec;
+          return log;
+        }
+      }
+  return log;
+}
+
 // v4's o boxes by tensor copy need o's tokens H rows apart (o_s0 == H o_s1, 16-byte rows; the
 // rows may be padded apart); an o whose tokens are further apart goes row by row. Both give the
 // packed o's bits and leave the padding alone.
@@ -406,29 +434,10 @@ TEST_F(MlaAttentionCuda, Seesaw64OBoxesOnlyForTokensHRowsApart) {
   };
   for (const Padding pad : {Padding{H, kMlaNope + 64, true}, Padding{H + 1, kMlaNope, false}}) {
     Problem p = make(64, DType::bf16, lens, 3101, 64);  // the same values
-    // NaN bf16 (0x7fc1) everywhere: every element of the view must be rewritten, the padding kept.
-    Tensor wide = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * pad.heads * pad.cols), 0x7fc1), {Tq, pad.heads, pad.cols},
-                         DType::bf16, Device::cuda);
-    MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast);
-    a.o = wide.view().slice(1, 0, H).slice(2, 0, kMlaNope);
-    std::vector<std::string> log;
-    cuda::set_launch_log(&log);
-    mla_attention(Backend::cuda, a);
-    device_sync();
-    cuda::set_launch_log(nullptr);
+    const auto log = run_into_padded_o(args(p, MlaAttentionKernel::wgmma_seesaw64, MlaAttentionPrecision::fast), Tq, H, pad.heads,
+                                       pad.cols, want);
     EXPECT_TRUE(launched(log, "seesaw64"));
     EXPECT_EQ(launched(log, "+ o boxes by tensor copy"), pad.boxes) << "o as [" << pad.heads << ", " << pad.cols << "] a token";
-    const std::vector<uint16_t> got = testing_util::download<uint16_t>(wide);
-    for (int64_t tok = 0; tok < Tq; ++tok)
-      for (int64_t h = 0; h < pad.heads; ++h)
-        for (int64_t d = 0; d < pad.cols; ++d) {
-          const uint16_t x = got[static_cast<size_t>((tok * pad.heads + h) * pad.cols + d)];
-          if (h < H && d < kMlaNope) {
-            ASSERT_EQ(x, want[static_cast<size_t>((tok * H + h) * kMlaNope + d)]) << "token " << tok << " head " << h << " column " << d;
-          } else {
-            ASSERT_EQ(x, 0x7fc1) << "padding written: token " << tok << " head " << h << " column " << d;
-          }
-        }
   }
 }
 
@@ -459,30 +468,11 @@ TEST_F(MlaAttentionCuda, WideKeysMOBoxesOnlyForTokensHRowsApart) {
   for (const Padding pad : {Padding{H, kMlaNope + 64, true}, Padding{H + 1, kMlaNope, false}}) {
     Problem p = problem();
     poison_outputs(p);
-    // NaN bf16 (0x7fc1) everywhere: every element of the view must be rewritten, the padding kept.
-    Tensor wide = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * pad.heads * pad.cols), 0x7fc1), {Tq, pad.heads, pad.cols},
-                         DType::bf16, Device::cuda);
-    MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast);
-    a.o = wide.view().slice(1, 0, H).slice(2, 0, kMlaNope);
-    std::vector<std::string> log;
-    cuda::set_launch_log(&log);
-    mla_attention(Backend::cuda, a);
-    device_sync();
-    cuda::set_launch_log(nullptr);
+    const auto log = run_into_padded_o(args(p, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast), Tq, H, pad.heads,
+                                       pad.cols, want);
     EXPECT_TRUE(launched(log, "64 rows>"));
     EXPECT_EQ(launched(log, "+ o boxes by tensor copy"), pad.boxes) << "o as [" << pad.heads << ", " << pad.cols << "] a token";
     EXPECT_EQ(testing_util::download<float>(p.lse), want_lse) << "lse as with the packed o";
-    const std::vector<uint16_t> got = testing_util::download<uint16_t>(wide);
-    for (int64_t tok = 0; tok < Tq; ++tok)
-      for (int64_t h = 0; h < pad.heads; ++h)
-        for (int64_t d = 0; d < pad.cols; ++d) {
-          const uint16_t x = got[static_cast<size_t>((tok * pad.heads + h) * pad.cols + d)];
-          if (h < H && d < kMlaNope) {
-            ASSERT_EQ(x, want[static_cast<size_t>((tok * H + h) * kMlaNope + d)]) << "token " << tok << " head " << h << " column " << d;
-          } else {
-            ASSERT_EQ(x, 0x7fc1) << "padding written: token " << tok << " head " << h << " column " << d;
-          }
-        }
   }
 }
 
