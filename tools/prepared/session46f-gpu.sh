@@ -7,6 +7,7 @@
 # ~6.2 us and its Q load at 3.1-4.8 us of a 38-41 us row tile at B 32 / 128 with 1k keys.
 # Predicted: o out 6.2 -> ~2 us and Q in ~3 -> ~1 us, 1.08-1.15x at B 32 / 128 1k, ~1.01-1.02x at
 # 8k, about 1.0x where the call splits (partials: only Q changes).
+# AB_ROUNDS (default 3) and TL_SHAPES (default three shapes) trim it to the device time left.
 # Carry [".gpu-var/main46", ".gpu-var/kmq", ".gpu-var/kmq-m1", ".gpu-var/kmq-m2", ".gpu-var/kmq-m3", ".gpu-var/kmqtl"].
 source tools/prepared/job-lib.sh; N=.gpu-var/kmq
 step unit 120 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.WideKeysM*:MlaAttentionCuda.KeysM*:MlaAttentionRule.*' --gtest_brief=1
@@ -25,9 +26,9 @@ for s in verify8-B128-ctx1024-H128 verify8-B128-ctx1024-H96 verify4-B128-ctx1024
          decode-B128-ctx8192-H32; do
   f+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP")
 done
-AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" 3 .gpu-var/main46 $N -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
+AB_TIMEOUT=150 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/main46 $N -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
 python3 scripts/bench-compare "$OUT/z/ab" --base main46 | tee "$OUT/z/ab.txt"
-for s in verify8-B128-ctx1024-H128 decode-B128-ctx1024-H128 verify8-B1-ctx1024-H128; do
+for s in ${TL_SHAPES-verify8-B128-ctx1024-H128 decode-B128-ctx1024-H128 verify8-B1-ctx1024-H128}; do
   step "tl-$s" 120 .gpu-var/kmqtl/kestrel-bench --reps 2 --warmup 1 --no-ceilings --filter "mla_attention_kmw/$s-fp8_e4m3-qfp8-fastP"
   echo "== $s"; python3 tools/km_timeline.py "$OUT/z/tl-$s.log" | grep -vE "producer"
   xz -T4 "$OUT/z/tl-$s.log"
