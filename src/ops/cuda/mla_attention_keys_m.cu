@@ -1020,8 +1020,9 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // Exact precision: f16 operands for both products, P as hi + lo. Fast: P rounded once to f16 and
 // QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
-// The wide form writes a whole row tile's o by tensor copy when the call has one split and o's
-// tokens lie H rows apart (encode_mla_o_map), else row by row.
+// The wide form writes a whole row tile's o by tensor copy when the call has one split of at most
+// kMlaAttentionKeysMOBoxMaxKeys keys (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart
+// (encode_mla_o_map), else row by row.
 // The wide form's Q comes by tensor copy when q's tokens lie H rows apart with 16-byte rows
 // (encode_mla_q8_map); its CTAs take one row tile each (grid.x = the row tiles), which the
 // producer's one copy of Q assumes.
@@ -1030,7 +1031,8 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
   const bool q_tma = wide && encode_mla_q8_map(p, &map_q);
   if (split_p) {
     launch<true, false, kN>(p, grid, map_o, map_q, false, s);
-  } else if (wide && p.splits == 1 && encode_mla_o_map(p, &map_o)) {
+  } else if (wide && mla_attention_keys_m_o_boxes(static_cast<int64_t>(p.max_pages) * p.page_size, p.splits) &&
+             encode_mla_o_map(p, &map_o)) {
     launch<false, true, kWide, true>(p, grid, map_o, map_q, q_tma, s);
   } else if (wide) {
     launch<false, true, kWide>(p, grid, map_o, map_q, q_tma, s);
