@@ -71,7 +71,14 @@
 // and accumulates O^T over all 64 rows for value features 256 c .. (4 m-tiles, wgmma m64n64k16,
 // km::pv_wide_feature: 8-byte loads, half the conversions); the stage is released by all 8 warps.
 // At the end no merge: m and l of the 64 rows go through shared memory, and each warpgroup writes
-// its features of every row.
+// its features of every row: as 16 stores a thread, or (kOBoxes: one split of at most
+// kMlaAttentionKeysMOBoxMaxKeys keys, o's tokens H rows apart) staged in its 32 KB of the stages as
+// 4 boxes of 64 rows x 64 features that one thread copies out by tensor copy (a partial row tile's
+// rows by the warpgroup, out of the staging). Its Q comes by tensor copy from the producers when
+// q's tokens lie H rows apart (10 boxes of 128 bytes x 32 rows on kBarQFull, issued before the
+// first KV tile), else through the consumers' registers (load_q). Forty-sixth session (H100, the
+// CTA timeline, docs/perf.md): at B 128 1k the o stores took 6.2 us and Q 3.1 us of a 38 us row
+// tile; with both, 2.8 and 1.9.
 //
 // Measured (H200, docs/perf.md): decode B128 8k H32, fast, 161 us (89% of copy; v2 349), B128
 // 32k 598 us (96%), nineteenth session; wide, twentieth session: H128 decode B128 8k 469 us (76%
@@ -86,8 +93,9 @@
 //   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange; the
 //                                              fast layout uses 36,976 B of each 38,912)
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
-//   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4]:
-//   215,376 bytes, 216,400 with the alignment slack.
+//   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4], Q's:
+//   215,384 bytes, 216,408 with the alignment slack. (The wide form's o boxes: the first 64 KB of
+//   the stages, once the CTA's one row tile has consumed every tile.)
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
 //   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
@@ -114,7 +122,11 @@
 // both warpgroups wrote their rows of P^T buffer j % 2, their factors and flags; buffer j % 2 is
 // written again at tile j + 2, after P(j + 1), which every warp passes only after its QK(j + 1)
 // retired its PV(j) and after its reads of the factors of j; merge (6, 256) after m and l are
-// published; no exchange and no row-tile barrier (the host model checks this protocol too).
+// published; no exchange and no row-tile barrier (the host model checks this protocol too). Q by
+// tensor copy: qfull, count 1 + tx: the producers' lane 0 arrive.expect_tx(40,960) before its 10
+// copies; the consumers wait parity 0 in place of load_q (a CTA has one row tile: grid.x is the
+// row tiles). o boxes: o (11 + c, 128) after warpgroup c staged its boxes (fence.proxy.async
+// first); its thread 0 then copies them and waits for their reads before the CTA ends.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
