@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Prepared in the forty-sixth session, not run (its device time went to machines that did not
+# start). Four things, in the order of their worth:
+# (1) main as landed (.gpu-var/main46b, 88f42ef: v3 wide's Q by tensor copy for every call, o boxes
+#     for one split of at most 2048 keys) against main46 (292b818, before both) on the 8k / 32k
+#     one-split wide shapes, where the landed form runs Q by copy without the boxes: not measured
+#     (predicted 1.00-1.005x), and on the 1k shapes again (job 6: 1.055-1.087x with 2 rounds).
+# (2) The boxes staged from two bases (branch km-obox-base, .gpu-var/obase: ptxas shows no spills in
+#     the boxes' instantiation, which had 4 bytes and ran its tile loop ~2% slower, 1.75 against
+#     1.71 us a tile): its tests, matrix, sanitizers, and in the same A/B (predicted 1.01-1.02x over
+#     main46b at 1k); with the boxes for every one-split call (branch km-obox-all, .gpu-var/oall;
+#     its CPU rule test is expected to fail there: measurement only), whether 8k then gains (the
+#     boxes save ~3.4 us a row tile: predicted 1.01x at 8k if the tile loop is back to 1.71 us).
+# (3) The timeline of obase at verify 8 B128 1k / 8k H 128 (tools/km_timeline.py): a tile 1.71 us?
+# (4) The whole fp8 grid on main46b with the ceilings (fast, fp8 q): the goal counts since the 45th
+#     (memory-bound 4 of 24 >= 90% of copy, compute-bound 50 of 125 >= 70% of the GEMM rate).
+# Build here: the three benches and obase's tests (`git worktree` + ninja, stripped; the forty-sixth
+# session built them into .gpu-var), and tools/prepared/km-cta-timeline.patch on km-obox-base as
+# .gpu-var/obasetl. Carry [".gpu-var/main46", ".gpu-var/main46b", ".gpu-var/obase", ".gpu-var/oall",
+# ".gpu-var/obasetl"] (~45 MB). About 5-6 minutes of device time.
+source tools/prepared/job-lib.sh; N=.gpu-var/obase
+step unit 120 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.WideKeysM*:MlaAttentionCuda.KeysM*:MlaAttentionRule.*:MlaAttentionKeysMLayout.*' --gtest_brief=1
+step matrix 150 env KESTREL_SEED=4701 $N/kestrel-tests --gtest_filter='cuda/*mla_attention*' --gtest_brief=1
+grep -E "FAILED|Failure" "$OUT/z/unit.log" "$OUT/z/matrix.log" | head -20
+step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.WideKeysM*' --gtest_brief=1
+step synccheck 150 compute-sanitizer --tool synccheck --error-exitcode 3 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.WideKeysM*' --gtest_brief=1
+f=()
+for s in verify8-B128-ctx1024-H128 verify4-B128-ctx1024-H128 decode-B128-ctx1024-H128 verify8-B32-ctx1024-H128 verify8-B128-ctx1024-H96 \
+         decode-B128-ctx8192-H128 verify8-B128-ctx8192-H128 verify4-B128-ctx8192-H128 verify2-B128-ctx8192-H128 verify4-B128-ctx8192-H32 \
+         verify8-B32-ctx8192-H128 decode-B128-ctx32768-H128 verify2-B128-ctx32768-H128 decode-B32-ctx32768-H128 decode-B128-ctx8192-H32; do
+  f+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP")
+done
+AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/main46 .gpu-var/main46b .gpu-var/obase .gpu-var/oall -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
+python3 scripts/bench-compare "$OUT/z/ab" --base main46 | tee "$OUT/z/ab.txt"
+python3 scripts/bench-compare "$OUT/z/ab" --base main46b | tail -n +2 | head -20
+for s in verify8-B128-ctx1024-H128 verify8-B128-ctx8192-H128; do
+  step "tl-$s" 120 .gpu-var/obasetl/kestrel-bench --reps 2 --warmup 1 --no-ceilings --filter "mla_attention_kmw/$s-fp8_e4m3-qfp8-fastP"
+  echo "== $s"; python3 tools/km_timeline.py "$OUT/z/tl-$s.log" | grep -vE "producer"
+  xz -T4 "$OUT/z/tl-$s.log"
+done
+B=.gpu-var/main46b/kestrel-bench
+F=(); for n in $($B --list --filter mla_attention/ | awk '$1 ~ /^mla_attention\/.*-fp8_e4m3-qfp8-fastP$/ {print $1}'); do F+=(--filter "$n"); done
+step fp8grid 300 $B --reps 10 --json "$OUT/z/fp8grid.json" "${F[@]}"
+grep -E "copy|cuBLAS|ceiling" "$OUT/z/fp8grid.log" | head -5
+(cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
+echo "all $(( $(date +%s) - t0 ))s"
