@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Where a CTA of v3's wide form spends its time, from the timeline probe
-(tools/prepared/km-cta-timeline.patch: %globaltimer stamps per CTA, its first row tile).
+"""Where a CTA of v3 (the keys-as-M kernel, either form) spends its time, from the timeline probe
+(tools/prepared/km-cta-timeline.patch: %globaltimer stamps per CTA, its first row tile; in the
+32-row form "merge" is the first merge barrier and "o stored" follows the exchange of O^T halves
+and the writer warps' stores).
 
 Each launch prints "TL3B", then per CTA "TL3" and 16 numbers: cta + 1, smid, entry, plan in hand,
 warpgroup 0's five stamps (Q in shared memory, first tile's full passed, tile loop retired, merge

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in the forty-sixth session, not run (its device time went to machines that did not
-# start). Four things, in the order of their worth:
+# start). Five things, in the order of their worth:
 # (1) main as landed (.gpu-var/main46b, 88f42ef: v3 wide's Q by tensor copy for every call, o boxes
 #     for one split of at most 2048 keys) against main46 (292b818, before both) on the 8k / 32k
 #     one-split wide shapes, where the landed form runs Q by copy without the boxes: not measured
@@ -14,10 +14,12 @@
 # (3) The timeline of obase at verify 8 B128 1k / 8k H 128 (tools/km_timeline.py): a tile 1.71 us?
 # (4) The whole fp8 grid on main46b with the ceilings (fast, fp8 q): the goal counts since the 45th
 #     (memory-bound 4 of 24 >= 90% of copy, compute-bound 50 of 125 >= 70% of the GEMM rate).
-# Build here: the three benches and obase's tests (`git worktree` + ninja, stripped; the forty-sixth
-# session built them into .gpu-var), and tools/prepared/km-cta-timeline.patch on km-obox-base as
-# .gpu-var/obasetl. Carry [".gpu-var/main46", ".gpu-var/main46b", ".gpu-var/obase", ".gpu-var/oall",
-# ".gpu-var/obasetl"] (~45 MB). About 5-6 minutes of device time.
+# (5) The 32-row form's timeline at the memory-bound H 32 decodes (below).
+# Build here: main46 = 292b818's bench, main46b = main 88f42ef's, obase = km-obox-base's bench and
+# tests, oall = km-obox-all's bench, obasetl / maintl = tools/prepared/km-cta-timeline.patch on
+# km-obox-base / on main 88f42ef (`git worktree` + ninja, stripped; the forty-sixth session built
+# them all into .gpu-var). Carry [".gpu-var/main46", ".gpu-var/main46b", ".gpu-var/obase",
+# ".gpu-var/oall", ".gpu-var/obasetl", ".gpu-var/maintl"] (~44 MB). About 6 minutes of device time.
 source tools/prepared/job-lib.sh; N=.gpu-var/obase
 step unit 120 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.WideKeysM*:MlaAttentionCuda.KeysM*:MlaAttentionRule.*:MlaAttentionKeysMLayout.*' --gtest_brief=1
 step matrix 150 env KESTREL_SEED=4701 $N/kestrel-tests --gtest_filter='cuda/*mla_attention*' --gtest_brief=1
@@ -37,6 +39,14 @@ for s in verify8-B128-ctx1024-H128 verify8-B128-ctx8192-H128; do
   step "tl-$s" 120 .gpu-var/obasetl/kestrel-bench --reps 2 --warmup 1 --no-ceilings --filter "mla_attention_kmw/$s-fp8_e4m3-qfp8-fastP"
   echo "== $s"; python3 tools/km_timeline.py "$OUT/z/tl-$s.log" | grep -vE "producer"
   xz -T4 "$OUT/z/tl-$s.log"
+done
+# (5) The memory-bound H 32 decode (the 32-row form) on main as landed: where a CTA's time goes at
+# B 32 8k and B 8 32k (83% of copy) against B 128 8k (98%): its partials' stores, Q, the first tile
+# (the probe now stamps the 32-row form too; .gpu-var/maintl = main 88f42ef + the probe).
+for s in decode-B32-ctx8192-H32 decode-B8-ctx32768-H32 decode-B128-ctx8192-H32; do
+  step "tl32-$s" 120 .gpu-var/maintl/kestrel-bench --reps 2 --warmup 1 --no-ceilings --filter "mla_attention/$s-fp8_e4m3-qfp8-fastP"
+  echo "== $s"; python3 tools/km_timeline.py "$OUT/z/tl32-$s.log" | grep -vE "producer"
+  xz -T4 "$OUT/z/tl32-$s.log"
 done
 B=.gpu-var/main46b/kestrel-bench
 F=(); for n in $($B --list --filter mla_attention/ | awk '$1 ~ /^mla_attention\/.*-fp8_e4m3-qfp8-fastP$/ {print $1}'); do F+=(--filter "$n"); done
