@@ -276,7 +276,7 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       // Past this boundary: the consumers may arrive at the next one (see the consumer).
       if (mt + static_cast<int>(gridDim.x) < s.row_tiles) named_bar_arrive(kBarRowTileAck, kThreads);
     }
-    // The wide form's Q by tensor copy (q_map, the CTA's first row tile; see q_by_tensor_copy):
+    // The wide form's Q by tensor copy (q_map, the CTA's first row tile; launch_mla_attention_keys_m):
     // its two 32-row tiles as 5 boxes of 128 bytes x 32 rows each, Q's layout by the 128-byte
     // swizzle, zeros past column 575 and past the last row (the rows past the tile's belong to
     // the next sequence or are zeros: never stored), on kBarQFull; before the first KV tile, so
