@@ -1091,19 +1091,25 @@ bool encode_q_map(const MlaAttentionParams& p, bool q_fp8, CUtensorMap* map) {
   return !q_fp8 && p.q_tensor && encode_mla_q_map(p, map);
 }
 
-// q's and o's tensor maps: `rows` bf16 rows of `cols` elements, `row_stride` elements apart,
-// boxes of 64 columns x 64 rows, 128-byte swizzle (Q's layout); false when the driver offers no
-// encoder or refuses the map.
-bool encode_bf16_row_boxes(void* base, int64_t cols, int64_t rows, int64_t row_stride, CUtensorMapL2promotion l2,
-                           CUtensorMap* map) {
+// A 2-D tensor map of `rows` rows of `cols` elements (`elem_bytes` each, `row_stride` elements
+// apart), boxes of box_cols x box_rows, 128-byte swizzle; false when the driver offers no encoder
+// or refuses the map.
+bool encode_row_boxes(CUtensorMapDataType dtype, int elem_bytes, void* base, int64_t cols, int64_t rows, int64_t row_stride,
+                      int box_cols, int box_rows, CUtensorMapL2promotion l2, CUtensorMap* map) {
   const auto encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * 2};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kAtomCols), static_cast<cuuint32_t>(kRows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_stride) * static_cast<cuuint64_t>(elem_bytes)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t unit[2] = {1u, 1u};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode(map, dtype, 2, base, dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, l2,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// q's and o's bf16 tensor maps: boxes of 64 columns x 64 rows (Q's layout).
+bool encode_bf16_row_boxes(void* base, int64_t cols, int64_t rows, int64_t row_stride, CUtensorMapL2promotion l2,
+                           CUtensorMap* map) {
+  return encode_row_boxes(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, cols, rows, row_stride, kAtomCols, kRows, l2, map);
 }
 
 }  // namespace
@@ -1114,17 +1120,11 @@ bool encode_mla_q_map(const MlaAttentionParams& p, CUtensorMap* map) {
 }
 
 bool encode_mla_q8_map(const MlaAttentionParams& p, CUtensorMap* map) {
-  const auto encode = tensor_map_encoder();
-  if (encode == nullptr || p.q_s2 != 1 || p.q_s1 % 16 != 0 || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1 ||
+  if (p.q_s2 != 1 || p.q_s1 % 16 != 0 || p.q_s0 != static_cast<int64_t>(p.H) * p.q_s1 ||
       reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || p.Tq * p.H > INT32_MAX)
     return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kDqk), static_cast<cuuint64_t>(p.Tq * p.H)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(p.q_s1)};
-  const cuuint32_t box[2] = {128u, 32u};
-  const cuuint32_t unit[2] = {1u, 1u};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(p.q), dims, strides, box, unit,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return encode_row_boxes(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, const_cast<void*>(p.q), kDqk, p.Tq * p.H, p.q_s1, 128, 32,
+                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, map);
 }
 
 bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map) {
