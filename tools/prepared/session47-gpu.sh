@@ -26,6 +26,14 @@
 # ".gpu-var/main46b", ".gpu-var/next", ".gpu-var/next-mut", ".gpu-var/oall", ".gpu-var/nexttl",
 # ".gpu-var/maintl"] (~53 MB). About 6-7 minutes of device time.
 source tools/prepared/job-lib.sh; N=.gpu-var/next
+# The forty-seventh session carries the builds packed (.gpu-var/s47.tar.xz, 6.5 MB for 68 MB of
+# binaries) and adds main47 (b35493e, main as it stands: the shared row-map encoder, never run).
+# PART=1: correctness and the A/B; PART=2: the timelines and the fp8 grid (each fits one call).
+[ -f .gpu-var/s47.tar.xz ] && [ ! -d .gpu-var/main47 ] && tar xJf .gpu-var/s47.tar.xz -C .gpu-var
+if [ "${PART:-1}" = 1 ]; then
+step main-unit 150 .gpu-var/main47/kestrel-tests --gtest_filter='MlaAttention*:MlaStepBuffers*' --gtest_brief=1
+step main-matrix 200 env KESTREL_SEED=4702 .gpu-var/main47/kestrel-tests --gtest_filter='cuda/*mla_attention*' --gtest_brief=1
+grep -E "FAILED|Failure" "$OUT/z/main-unit.log" "$OUT/z/main-matrix.log" | head -20
 step unit 120 $N/kestrel-tests --gtest_filter='MlaAttentionCuda.WideKeysM*:MlaAttentionCuda.KeysM*:MlaAttentionRule.*:MlaAttentionKeysMLayout.*' --gtest_brief=1
 step matrix 150 env KESTREL_SEED=4701 $N/kestrel-tests --gtest_filter='cuda/*mla_attention*' --gtest_brief=1
 grep -E "FAILED|Failure" "$OUT/z/unit.log" "$OUT/z/matrix.log" | head -20
@@ -43,6 +51,8 @@ done
 AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/main46 .gpu-var/main46b .gpu-var/next .gpu-var/oall -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
 python3 scripts/bench-compare "$OUT/z/ab" --base main46 | tee "$OUT/z/ab.txt"
 python3 scripts/bench-compare "$OUT/z/ab" --base main46b | tail -n +2 | head -20
+fi
+if [ "${PART:-1}" = 2 ]; then
 for s in verify8-B128-ctx1024-H128 verify8-B128-ctx8192-H128; do
   step "tl-$s" 120 .gpu-var/nexttl/kestrel-bench --reps 2 --warmup 1 --no-ceilings --filter "mla_attention_kmw/$s-fp8_e4m3-qfp8-fastP"
   echo "== $s"; python3 tools/km_timeline.py "$OUT/z/tl-$s.log" | grep -vE "producer"
@@ -58,9 +68,10 @@ for s in decode-B32-ctx8192-H32 decode-B8-ctx32768-H32 decode-B128-ctx8192-H32; 
     xz -T4 "$OUT/z/tl32-$v-$s.log"
   done
 done
-B=.gpu-var/main46b/kestrel-bench
+B=.gpu-var/main47/kestrel-bench
 F=(); for n in $($B --list --filter mla_attention/ | awk '$1 ~ /^mla_attention\/.*-fp8_e4m3-qfp8-fastP$/ {print $1}'); do F+=(--filter "$n"); done
 step fp8grid 300 $B --reps 10 --json "$OUT/z/fp8grid.json" "${F[@]}"
 grep -E "copy|cuBLAS|ceiling" "$OUT/z/fp8grid.log" | head -5
+fi
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
