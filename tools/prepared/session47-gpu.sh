@@ -53,6 +53,12 @@ python3 scripts/bench-compare "$OUT/z/ab" --base main46 | tee "$OUT/z/ab.txt"
 python3 scripts/bench-compare "$OUT/z/ab" --base main46b | tail -n +2 | head -20
 fi
 if [ "${PART:-1}" = 2 ]; then
+# Part 1 on an H100 read main46b 0.95x of main46 at verify 2 B128 32k H 128 (runs 3310-3492 against
+# 3497-3653 us) where Q by copy cannot matter (512 tiles a row tile): again, main46 against main47.
+g=(); for s in verify2-B128-ctx32768-H128 decode-B128-ctx32768-H128 verify8-B128-ctx8192-H128 verify4-B128-ctx8192-H128; do
+  g+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP"); done
+AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab32" ${AB32_ROUNDS:-4} .gpu-var/main46 .gpu-var/main47 -- --reps 10 --no-ceilings "${g[@]}" >/dev/null 2>&1
+python3 scripts/bench-compare "$OUT/z/ab32" --base main46 | tee "$OUT/z/ab32.txt"
 for s in verify8-B128-ctx1024-H128 verify8-B128-ctx8192-H128; do
   step "tl-$s" 120 .gpu-var/nexttl/kestrel-bench --reps 2 --warmup 1 --no-ceilings --filter "mla_attention_kmw/$s-fp8_e4m3-qfp8-fastP"
   echo "== $s"; python3 tools/km_timeline.py "$OUT/z/tl-$s.log" | grep -vE "producer"
