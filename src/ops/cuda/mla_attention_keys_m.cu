@@ -924,11 +924,12 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       // partial one by the warpgroup, a row's 512 bytes a warp (o_vec: 16-byte rows). (Rows past
       // the tile's are staged too, never copied.)
       uint8_t* const o_half = base_ptr + kOffStages + c * kOHalfBytes;
+      const uint32_t even = km::o_box_base(t, 0), odd = km::o_box_base(t, 1);
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
         float v[8];
         row_out(k, v);
-        *reinterpret_cast<uint4*>(o_half + sw128_offset(kWide, col_of_slot(q4, k), f0 - 256 * c)) =
+        *reinterpret_cast<uint4*>(o_half + km::o_box_store_offset(k % 2 ? odd : even, k)) =
             make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
       }
       if (c == 0 && t < tp.rows_here) store_lse(p, s, tp.r0 + t, mla_row_end(s.bad_len, ml[t], ml[kWide + t], p.out_scale).lse2);
