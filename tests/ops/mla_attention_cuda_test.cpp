@@ -476,50 +476,59 @@ TEST_F(MlaAttentionCuda, WideKeysMOBoxesOnlyForTokensHRowsApart) {
   }
 }
 
-// v3 wide's Q by tensor copy: taken when q's tokens lie H rows apart with 16-byte rows (here also
-// rows padded to 640 bytes), else Q goes through the consumers' registers (heads padded apart). The
-// copy brings the next sequence's rows into a partial row tile's padding (H 96: each sequence's
-// second tile), where the registers' path writes zeros; those columns are never stored, so every
-// form gives the same bits.
-TEST_F(MlaAttentionCuda, WideKeysMQByTensorCopyOnlyForTokensHRowsApart) {
+// v3's Q by tensor copy (both fast forms): taken when q's tokens lie H rows apart with 16-byte rows
+// (here also rows padded to 640 bytes), else Q goes through the consumers' registers (heads padded
+// apart). The copy brings the next sequence's rows into a partial row tile's padding (the wide form
+// at H 96: each sequence's second tile; the 32-row form at H 16: every tile), where the registers'
+// path writes zeros; those columns are never stored, so every form gives the same bits.
+TEST_F(MlaAttentionCuda, KeysMQByTensorCopyOnlyForTokensHRowsApart) {
   std::vector<int32_t> lens(140);
   for (size_t b = 0; b < lens.size(); ++b) lens[b] = static_cast<int32_t>(1 + (b * 53) % 900);
-  const auto problem = [&] {  // the same values each time
-    Problem p = make(64, DType::fp8_e4m3, lens, 4621, 96);
-    use_fp8_q(p, 4622);
-    poison_outputs(p);
-    return p;
+  struct Form {
+    MlaAttentionKernel kernel;
+    int64_t H;
+    const char* name;
   };
-  Problem packed = problem();
-  EXPECT_TRUE(launched(run(packed, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast), "64 rows> + o boxes by tensor copy + q by tensor copy"));
-  const std::vector<uint16_t> want = testing_util::download<uint16_t>(packed.o);
-  const std::vector<float> want_lse = testing_util::download<float>(packed.lse);
-  for (float x : want_lse) ASSERT_FALSE(std::isnan(x)) << "every lse written";
-  const std::vector<uint8_t> q8 = testing_util::download<uint8_t>(packed.q);
-  const int64_t Tq = packed.q_start.back(), H = packed.H;
-  struct Padding {
-    int64_t heads, cols;  // q is [Tq, heads, cols], viewed as [Tq, H, 576]
-    bool q_tma;
-  };
-  for (const Padding pad : {Padding{H, kMlaRow + 64, true}, Padding{H + 1, kMlaRow, false}}) {
-    Problem p = problem();
-    std::vector<uint8_t> wide(static_cast<size_t>(Tq * pad.heads * pad.cols), 0x7f);  // e4m3 NaN in the padding
-    for (int64_t tok = 0; tok < Tq; ++tok)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t d = 0; d < kMlaRow; ++d)
-          wide[static_cast<size_t>((tok * pad.heads + h) * pad.cols + d)] = q8[static_cast<size_t>((tok * H + h) * kMlaRow + d)];
-    Tensor q = upload(wide, {Tq, pad.heads, pad.cols}, DType::fp8_e4m3, Device::cuda);
-    MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast);
-    a.q = q.view().slice(1, 0, H).slice(2, 0, kMlaRow);
-    std::vector<std::string> log;
-    cuda::set_launch_log(&log);
-    mla_attention(Backend::cuda, a);
-    device_sync();
-    cuda::set_launch_log(nullptr);
-    EXPECT_TRUE(launched(log, "64 rows>"));
-    EXPECT_EQ(launched(log, "+ q by tensor copy"), pad.q_tma) << "q as [" << pad.heads << ", " << pad.cols << "] a token";
-    EXPECT_EQ(testing_util::download<float>(p.lse), want_lse) << "q as [" << pad.heads << ", " << pad.cols << "] a token";
-    EXPECT_EQ(testing_util::download<uint16_t>(p.o), want) << "q as [" << pad.heads << ", " << pad.cols << "] a token";
+  for (const Form form : {Form{MlaAttentionKernel::wgmma_keys_m_wide, 96, "64 rows> + o boxes by tensor copy + q by tensor copy"},
+                          Form{MlaAttentionKernel::wgmma_keys_m, 16, "fast P, e4m3 QK> + q by tensor copy"}}) {
+    SCOPED_TRACE(form.name);
+    const auto problem = [&] {  // the same values each time
+      Problem p = make(64, DType::fp8_e4m3, lens, 4621, form.H);
+      use_fp8_q(p, 4622);
+      poison_outputs(p);
+      return p;
+    };
+    Problem packed = problem();
+    EXPECT_TRUE(launched(run(packed, form.kernel, MlaAttentionPrecision::fast), form.name));
+    const std::vector<uint16_t> want = testing_util::download<uint16_t>(packed.o);
+    const std::vector<float> want_lse = testing_util::download<float>(packed.lse);
+    for (float x : want_lse) ASSERT_FALSE(std::isnan(x)) << "every lse written";
+    const std::vector<uint8_t> q8 = testing_util::download<uint8_t>(packed.q);
+    const int64_t Tq = packed.q_start.back(), H = packed.H;
+    struct Padding {
+      int64_t heads, cols;  // q is [Tq, heads, cols], viewed as [Tq, H, 576]
+      bool q_tma;
+    };
+    for (const Padding pad : {Padding{H, kMlaRow + 64, true}, Padding{H + 1, kMlaRow, false}}) {
+      Problem p = problem();
+      std::vector<uint8_t> wide(static_cast<size_t>(Tq * pad.heads * pad.cols), 0x7f);  // e4m3 NaN in the padding
+      for (int64_t tok = 0; tok < Tq; ++tok)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t d = 0; d < kMlaRow; ++d)
+            wide[static_cast<size_t>((tok * pad.heads + h) * pad.cols + d)] = q8[static_cast<size_t>((tok * H + h) * kMlaRow + d)];
+      Tensor q = upload(wide, {Tq, pad.heads, pad.cols}, DType::fp8_e4m3, Device::cuda);
+      MlaAttentionArgs a = args(p, form.kernel, MlaAttentionPrecision::fast);
+      a.q = q.view().slice(1, 0, H).slice(2, 0, kMlaRow);
+      std::vector<std::string> log;
+      cuda::set_launch_log(&log);
+      mla_attention(Backend::cuda, a);
+      device_sync();
+      cuda::set_launch_log(nullptr);
+      EXPECT_TRUE(launched(log, "keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK"));
+      EXPECT_EQ(launched(log, "+ q by tensor copy"), pad.q_tma) << "q as [" << pad.heads << ", " << pad.cols << "] a token";
+      EXPECT_EQ(testing_util::download<float>(p.lse), want_lse) << "q as [" << pad.heads << ", " << pad.cols << "] a token";
+      EXPECT_EQ(testing_util::download<uint16_t>(p.o), want) << "q as [" << pad.heads << ", " << pad.cols << "] a token";
+    }
   }
 }
 

@@ -454,6 +454,21 @@ TEST(MlaAttentionKeysMLayout, PvStepOffsetIsTheSameForEveryThread) {
                 << "e4m3 " << e4m3 << " t " << t << " ks " << ks << " j " << j << " lohi " << lohi;
 }
 
+// v3 wide's o boxes: the kernel's per-slot offset (two bases and a constant) is the 128-byte
+// swizzle's offset of the thread's 16 bytes (row n = 8 (k / 2) + 2 q4 + k % 2, features 8 u ..), and
+// the 128 threads' 16 slots cover each warpgroup's 32 KB staging exactly once, in 16-byte units.
+TEST(MlaAttentionKeysMLayout, WideOBoxStoresAreTheSwizzledUnits) {
+  std::vector<int> seen(4 * 64 * 128 / 16, 0);
+  for (int t = 0; t < 128; ++t)
+    for (int k = 0; k < 16; ++k) {
+      const int q4 = t % 4, n = 8 * (k / 2) + 2 * q4 + k % 2, u = km::pv_wide_unit(t / 32, (t % 32) / 4);
+      const uint32_t at = km::o_box_store_offset(km::o_box_base(t, k % 2), k);
+      ASSERT_EQ(at, sm::sw128_offset(64, n, 8 * u)) << "t " << t << " k " << k;
+      ++seen[at / 16];
+    }
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "16-byte unit " << i;
+}
+
 // The products and P^T in the fast layout's key order, PV units and features (its PV and mask):
 // the same emulation with those functions; the exact layout's feature order must then fail.
 TEST(MlaAttentionKeysMLayout, ProductsMatchInTheFastLayoutsKeyOrder) {

@@ -74,7 +74,8 @@
 // its features of every row: as 16 stores a thread, or (kOBoxes: one split of at most
 // kMlaAttentionKeysMOBoxMaxKeys keys, o's tokens H rows apart) staged in its 32 KB of the stages as
 // 4 boxes of 64 rows x 64 features that one thread copies out by tensor copy (a partial row tile's
-// rows by the warpgroup, out of the staging). Its Q comes by tensor copy from the producers when
+// rows by the warpgroup, out of the staging). Its Q (and the fast 32-row form's, one 32-row tile
+// of 5 boxes) comes by tensor copy from the producers when
 // q's tokens lie H rows apart (10 boxes of 128 bytes x 32 rows on kBarQFull, issued before the
 // first KV tile), else through the consumers' registers (load_q). Forty-sixth session (H100, the
 // CTA timeline, docs/perf.md): at B 128 1k the o stores took 6.2 us and Q 3.1 us of a 38 us row
@@ -276,15 +277,15 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       // Past this boundary: the consumers may arrive at the next one (see the consumer).
       if (mt + static_cast<int>(gridDim.x) < s.row_tiles) named_bar_arrive(kBarRowTileAck, kThreads);
     }
-    // The wide form's Q by tensor copy (q_map, the CTA's first row tile; launch_mla_attention_keys_m):
-    // its two 32-row tiles as 5 boxes of 128 bytes x 32 rows each, Q's layout by the 128-byte
-    // swizzle, zeros past column 575 and past the last row (the rows past the tile's belong to
+    // The fast forms' Q by tensor copy (q_map, the CTA's first row tile; launch_mla_attention_keys_m):
+    // its 32-row tiles (two in the wide form, one in the other) as 5 boxes of 128 bytes x 32 rows
+    // each, Q's layout by the 128-byte swizzle, zeros past column 575 and past the last row (the rows past the tile's belong to
     // the next sequence or are zeros: never stored), on kBarQFull; before the first KV tile, so
     // that Q lands while the block table is read.
-    if (kRows == kWide && q_map != nullptr && first && tp.ntiles > 0 && pw == 0 && lane == 0) {
-      mbar_arrive_expect_tx(base + kBarQFull, kQBytes);
+    if (kFp8Qk && q_map != nullptr && first && tp.ntiles > 0 && pw == 0 && lane == 0) {
+      mbar_arrive_expect_tx(base + kBarQFull, (kRows / kN) * kQTileBytes8);
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < kRows / kN; ++h)
 #pragma unroll
         for (int k = 0; k < 5; ++k)
           sm90::tma_load_2d(base + kOffQ + h * kQTileBytes8 + k * kN * 128, q_map, 128 * k, s.qb * p.H + tp.r0 + kN * h,
@@ -636,7 +637,7 @@ __device__ __forceinline__ void store_pt(const float (&sc)[16], const float (&m)
 
 template <bool kSplitP, bool kFp8Qk>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                         uint8_t* base_ptr, int c, int t) {
+                                         uint8_t* base_ptr, int c, int t, bool q_tma) {
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [2][m, l][32]
@@ -647,7 +648,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan<kN>(p, s, mt);
     const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
-    begin_row_tile<kFp8Qk, kN>(p, s, tp, base_ptr, lim_s, c, t);
+    begin_row_tile<kFp8Qk, kN>(p, s, tp, base_ptr, lim_s, c, t, base, kFp8Qk && q_tma && mt == static_cast<int>(blockIdx.x));
 
     float o[8][16];
 #pragma unroll
@@ -924,11 +925,12 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       // partial one by the warpgroup, a row's 512 bytes a warp (o_vec: 16-byte rows). (Rows past
       // the tile's are staged too, never copied.)
       uint8_t* const o_half = base_ptr + kOffStages + c * kOHalfBytes;
+      const uint32_t even = km::o_box_base(t, 0), odd = km::o_box_base(t, 1);
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
         float v[8];
         row_out(k, v);
-        *reinterpret_cast<uint4*>(o_half + sw128_offset(kWide, col_of_slot(q4, k), f0 - 256 * c)) =
+        *reinterpret_cast<uint4*>(o_half + km::o_box_store_offset(k % 2 ? odd : even, k)) =
             make_uint4(pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3]), pack_bf16x2(v[4], v[5]), pack_bf16x2(v[6], v[7]));
       }
       if (c == 0 && t < tp.rows_here) store_lse(p, s, tp.r0 + t, mla_row_end(s.bad_len, ml[t], ml[kWide + t], p.out_scale).lse2);
@@ -1003,7 +1005,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       static_assert(!kSplitP && kFp8Qk, "the wide instantiation runs the fast precision");
       consumer_wide<kOBoxes>(p, s, split, base, base_ptr, c, tid % 128, &map_o, q_tma != 0);
     } else {
-      consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, c, tid % 128);
+      consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, c, tid % 128, q_tma != 0);
     }
   }
 }
@@ -1035,12 +1037,12 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // The wide form writes a whole row tile's o by tensor copy when the call has one split of at most
 // kMlaAttentionKeysMOBoxMaxKeys keys (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart
 // (encode_mla_o_map), else row by row.
-// The wide form's Q comes by tensor copy when q's tokens lie H rows apart with 16-byte rows
-// (encode_mla_q8_map); its CTAs take one row tile each (grid.x = the row tiles), which the
-// producer's one copy of Q assumes.
+// The fast forms' Q (e4m3 bytes as they are) comes by tensor copy when q's tokens lie H rows apart
+// with 16-byte rows (encode_mla_q8_map); their CTAs take one row tile each (grid.x = the row
+// tiles), which the producer's one copy of Q assumes. (The exact form widens Q to f16 in load_q.)
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s) {
   CUtensorMap map_o{}, map_q{};
-  const bool q_tma = wide && encode_mla_q8_map(p, &map_q);
+  const bool q_tma = !split_p && encode_mla_q8_map(p, &map_q);  // (the exact form's Q is f16)
   if (split_p) {
     launch<true, false, kN>(p, grid, map_o, map_q, false, s);
   } else if (wide && mla_attention_keys_m_o_boxes(static_cast<int64_t>(p.max_pages) * p.page_size, p.splits) &&
@@ -1049,7 +1051,7 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
   } else if (wide) {
     launch<false, true, kWide>(p, grid, map_o, map_q, q_tma, s);
   } else {
-    launch<false, true, kN>(p, grid, map_o, map_q, false, s);
+    launch<false, true, kN>(p, grid, map_o, map_q, q_tma, s);
   }
 }
 

@@ -183,4 +183,17 @@ KESTREL_KEYS_M_HD int pv_wide_feature(int c, int mm, int row) {
 }
 KESTREL_KEYS_M_HD int pv_wide_load_offset(int c, int t) { return 256 * c + 8 * pv_wide_unit(t / 32, (t % 32) / 4); }
 
+// The wide form's o boxes (kOBoxes): the byte offset in warpgroup c's staging (4 boxes of 64 rows
+// x 128 bytes, the 128-byte swizzle: sw128_offset(64, row, feature - 256 c)) of the 16 bytes
+// thread t stores for its column slot k, row n = 8 (k / 2) + 2 q4 + k % 2, features 8 u .. 8 u + 7
+// of the warpgroup's 256 (u = pv_wide_unit(w, g)). As the kernel forms it: one base for the even
+// slots and one for the odd ones, then a constant 1024 (k / 2) a store (row n's swizzle is
+// (u % 8) ^ (n % 8), and n % 8 = 2 q4 + k % 2); the swizzle's arithmetic for each of 16 stores
+// with o's 128 registers live spilled (as it did in v4's epilogue).
+KESTREL_KEYS_M_HD uint32_t o_box_base(int t, int odd) {
+  const int w = t / 32, g = (t % 32) / 4, q4 = t % 4, u = pv_wide_unit(w, g), n8 = 2 * q4 + odd;
+  return static_cast<uint32_t>((u / 8) * 64 * 128 + n8 * 128 + (((u % 8) ^ n8) * 16));
+}
+KESTREL_KEYS_M_HD uint32_t o_box_store_offset(uint32_t base, int k) { return base + static_cast<uint32_t>(1024 * (k / 2)); }
+
 }  // namespace kestrel::ops::cuda::keys_m
