@@ -279,9 +279,9 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
     }
     // The fast forms' Q by tensor copy (q_map, the CTA's first row tile; launch_mla_attention_keys_m):
     // its 32-row tiles (two in the wide form, one in the other) as 5 boxes of 128 bytes x 32 rows
-    // each, Q's layout by the 128-byte swizzle, zeros past column 575 and past the last row (the rows past the tile's belong to
-    // the next sequence or are zeros: never stored), on kBarQFull; before the first KV tile, so
-    // that Q lands while the block table is read.
+    // each, Q's layout by the 128-byte swizzle, zeros past column 575 and past the last row (the
+    // rows past the tile's belong to the next sequence or are zeros: never stored), on kBarQFull;
+    // before the first KV tile, so that Q lands while the block table is read.
     if (kFp8Qk && q_map != nullptr && first && tp.ntiles > 0 && pw == 0 && lane == 0) {
       mbar_arrive_expect_tx(base + kBarQFull, (kRows / kN) * kQTileBytes8);
 #pragma unroll
