@@ -123,11 +123,13 @@
 // both warpgroups wrote their rows of P^T buffer j % 2, their factors and flags; buffer j % 2 is
 // written again at tile j + 2, after P(j + 1), which every warp passes only after its QK(j + 1)
 // retired its PV(j) and after its reads of the factors of j; merge (6, 256) after m and l are
-// published; no exchange and no row-tile barrier (the host model checks this protocol too). Q by
-// tensor copy: qfull, count 1 + tx: the producers' lane 0 arrive.expect_tx(40,960) before its 10
-// copies; the consumers wait parity 0 in place of load_q (a CTA has one row tile: grid.x is the
-// row tiles). o boxes: o (11 + c, 128) after warpgroup c staged its boxes (fence.proxy.async
-// first); its thread 0 then copies them and waits for their reads before the CTA ends.
+// published; no exchange (the host model checks this protocol too). Q by tensor copy: qfull,
+// count 1 + tx: the producers' lane 0 arrive.expect_tx(40,960) before its 10 copies; the
+// consumers wait parity 0 in place of load_q (the CTA's first row tile only). o boxes: o (11 + c,
+// 128) after warpgroup c staged its boxes (fence.proxy.async first); its thread 0 then copies them
+// and waits for their reads; where the CTA walks on to another row tile (a sequence with more rows
+// than the grid plans), the row tile and ack barriers as in the 32-row form, so that the producers
+// fill the stages only after the staged o left them.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -262,7 +264,9 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 // (count 4) with the bytes it copies. Per-row copies of a warp issue one lane at a time (the
 // compiler loops over the active lanes): with one warp copying all 64 rows the consumers waited
 // on `full` for 41% of their samples (Nsight, H200, B128 8k H32).
-template <bool kFp8Qk, int kRows>
+// kRowTileSync: the consumers use the stages at a row tile's end (the 32-row form's exchange, the wide
+// form's o boxes), so the producers wait for them (kBarRowTile) before filling the next row tile's.
+template <bool kFp8Qk, int kRows, bool kRowTileSync>
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
                                          uint8_t* base_ptr, int pw, int lane, const CUtensorMap* q_map) {
   const int row = 16 * pw + (lane & 15);
@@ -271,8 +275,8 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
   bool first = true;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
     const TilePlan tp = tile_plan<kRows>(p, s, mt);
-    // The consumers are done with the exchange area (the wide instantiation has no merge).
-    if (kRows == kN && !first) {
+    // The consumers are done with the stages (the exchange area, the staged o).
+    if (kRowTileSync && !first) {
       named_bar_sync(kBarRowTile, kThreads);
       // Past this boundary: the consumers may arrive at the next one (see the consumer).
       if (mt + static_cast<int>(gridDim.x) < s.row_tiles) named_bar_arrive(kBarRowTileAck, kThreads);
@@ -962,6 +966,17 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
         store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
       }
     }
+    if (kOBoxes && mt + static_cast<int>(gridDim.x) < s.row_tiles) {
+      // The staged o is out of the stages (each copier waited for its reads): the producers may
+      // fill them with the next row tile's KV (a ragged batch: a sequence with more rows than the
+      // grid plans walks its row tiles). Before this the producers ran ahead into the next row
+      // tile's tiles while the boxes were staged there: the matrix's verify and extend cases with
+      // walking CTAs read o's bf16 bytes as keys (NaN rows), forty-seventh session. The protocol
+      // is the 32-row form's (the acknowledgement: see consumer).
+      if (mt != static_cast<int>(blockIdx.x)) named_bar_sync(kBarRowTileAck, kThreads);
+      fence_proxy_async();
+      named_bar_arrive(kBarRowTile, kThreads);
+    }
   }
 }
 
@@ -994,7 +1009,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
-    producer<kFp8Qk, kRows>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32, q_tma ? &map_q : nullptr);
+    producer<kFp8Qk, kRows, kRows == kN || kOBoxes>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32,
+                                                    q_tma ? &map_q : nullptr);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
     // The warpgroup index through a shuffle: the compiler then treats it as warp-uniform and keeps
