@@ -1052,11 +1052,11 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
 // The wide form writes a whole row tile's o by tensor copy when the call has one split
 // (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart (encode_mla_o_map), else row by
-// row. The 32-row form stages its rows (f32 partials, or o with 16-byte rows) for one bulk copy a
-// row (consumer).
+// row.
 // The fast forms' Q (e4m3 bytes as they are) comes by tensor copy when q's tokens lie H rows apart
-// with 16-byte rows (encode_mla_q8_map); their CTAs take one row tile each (grid.x = the row
-// tiles), which the producer's one copy of Q assumes. (The exact form widens Q to f16 in load_q.)
+// with 16-byte rows (encode_mla_q8_map), for a CTA's first row tile (a CTA walks on to more where
+// a sequence has more rows than the grid plans; those load Q through registers). (The exact form
+// widens Q to f16 in load_q.)
 void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool split_p, bool wide, cudaStream_t s) {
   CUtensorMap map_o{}, map_q{};
   const bool q_tma = !split_p && encode_mla_q8_map(p, &map_q);  // (the exact form's Q is f16)
