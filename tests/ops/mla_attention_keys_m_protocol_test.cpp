@@ -20,6 +20,9 @@
 // it; no exchange, m and l of all rows through shared memory after the merge barrier. Checked
 // there too: no buffer of P^T or of the factors is rewritten while a PV or a reader of either
 // warpgroup may still use it, and m / l are read as both warpgroups wrote them for the row tile.
+// With its o boxes (staged in the stages at each row tile's end) the wide form runs the row-tile
+// and ack barriers too: the model checks that no copy lands and no producer writes there while o
+// is staged (a planted bug without the barrier).
 // The bf16-cache kernel (src/ops/cuda/mla_attention_keys_m_bf16.cu) runs the wide protocol with
 // two stages (its 32 rows split 16 / 16 in QK change no barrier): the same model with 2 stages.
 // The planned 64-row bf16 kernel: two stages and one P^T buffer, made safe by a vote over all 8
@@ -60,6 +63,7 @@ enum Bug {
   kWideEmpty4 = 7,      // wide: `empty` counts 4 arrivals (the stage freed when one warpgroup is done)
   kNoRowTileAck = 8,    // the consumers arrive at the next row-tile boundary without the producers' ack
   kOneBufferWgVote = 9, // one P^T buffer with the vote per warpgroup (the other's PV may still read it)
+  kWideBoxesNoRowTileSync = 10,  // wide o boxes: the producers fill the next row tile's stages without the row-tile barrier
 };
 
 struct Sim {
@@ -72,6 +76,10 @@ struct Sim {
   // the vote over all 8 warps, which each passes only after its QK of the tile retired its PV of
   // the tile before: past the vote no PV reads P^T any more.
   bool one_pt_buffer = false;
+  // The wide fp8 kernel's o boxes (kOBoxes): each row tile's o is staged in the first 64 KB of the
+  // stages (stages 0 and 1, as the merge exchange) and copied out, and the producers wait at the
+  // row-tile barrier, as the 32-row form's, before they fill the next row tile's stages.
+  bool wide_boxes = false;
   // A consumer warpgroup held up at every step of every tile (-1: none). The races between the
   // warpgroups need one to lag the other; random short pauses give that only by luck, and on a
   // loaded machine (the full matrix in 12 shards beside it) thirty seeds once all missed it.
@@ -178,7 +186,7 @@ void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, b
   bool first = true;
   for (size_t k = 0; k < ntiles_of.size(); ++k) {
     const int ntiles = ntiles_of[k];
-    if (!wide && !first && bug != kNoRowTileSync) {
+    if ((!wide || s.wide_boxes) && !first && bug != kNoRowTileSync && bug != kWideBoxesNoRowTileSync) {
       s.long_pause(rng);  // (late at the barrier: what a double arrival of the consumers needs to show)
       s.named(kBarRowTile, kConsumers + kProducers, false, true, kConsumers + pw);
       if (k + 1 < ntiles_of.size()) s.named(kBarRowTileAck, kConsumers + kProducers, false, false, kConsumers + pw);
@@ -399,16 +407,30 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
         s.fail_locked("wide: consumer warp " + std::to_string(w) + " reads m and l of row tiles " + std::to_string(s.ml_tag[0]) +
                       " / " + std::to_string(s.ml_tag[1]));
       ++s.ml_readers;
+      if (s.wide_boxes) {  // o staged in stages 0 and 1 (its warpgroup's 32 KB: modelled as both)
+        for (int st = 0; st < 2; ++st)
+          if (s.copies_pending[st] != 0 || s.stage_readers[st] != 0)
+            s.fail_locked("wide: o staged in stage " + std::to_string(st) + " under a copy or a reader");
+        ++s.exchange_users;
+      }
     }
     s.pause(rng);
-    std::lock_guard<std::mutex> g(s.mu);
-    --s.ml_readers;
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      --s.ml_readers;
+      if (s.wide_boxes) --s.exchange_users;  // the boxes' copies read (their copier waited)
+    }
+    if (s.wide_boxes && bug != kWideBoxesNoRowTileSync && k + 1 < ntiles_of.size()) {
+      if (k != 0) s.named(kBarRowTileAck, kConsumers + kProducers, false, true, w);
+      s.named(kBarRowTile, kConsumers + kProducers, false, false, w);  // bar.arrive
+    }
   }
 }
 
 std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false,
-                      int stages = kMaxStages, bool one_pt_buffer = false, int slow_wg = -1) {
+                      int stages = kMaxStages, bool one_pt_buffer = false, int slow_wg = -1, bool wide_boxes = false) {
   Sim s;
+  s.wide_boxes = wide_boxes;
   s.stages = stages;
   s.one_pt_buffer = one_pt_buffer;
   s.slow_wg = slow_wg;
@@ -545,6 +567,26 @@ TEST(MlaAttentionKeysMProtocol, Bf16WideOneBufferNeedsTheCtaVote) {
   EXPECT_TRUE(wide_bug_caught(tiles, kOneBufferWgVote, 2, true)) << "one P^T buffer with the vote per warpgroup";
   EXPECT_TRUE(run_model(tiles, 3, kNone, true, 2, true).empty());
   for (const int slow_wg : {0, 1}) EXPECT_EQ(run_model(tiles, 5, kNone, true, 2, true, slow_wg), "") << "warpgroup " << slow_wg << " lagging";
+}
+
+// The wide fp8 kernel's o boxes staged in the stages, where a CTA walks several row tiles: with
+// the row-tile barrier the model finds nothing; without it (the kernel until the forty-seventh
+// session) the producers fill the next row tile's stages while o is staged there.
+TEST(MlaAttentionKeysMProtocol, WideBoxesWaitAtTheRowTileBarrier) {
+  std::mt19937_64 rng(25);
+  for (int iter = 0; iter < 30; ++iter) {
+    std::vector<int> ntiles(1 + rng() % 4);
+    for (int& n : ntiles) n = static_cast<int>(rng() % 10);
+    std::string list;
+    for (int n : ntiles) list += std::to_string(n) + " ";
+    ASSERT_EQ(run_model(ntiles, rng(), kNone, true, kMaxStages, false, -1, true), "") << "row tiles [" << list << "]";
+  }
+  const std::vector<int> tiles = {7, 0, 9, 5, 8};
+  bool caught = false;
+  for (uint64_t seed = 10; seed < 40 && !caught; ++seed)
+    for (const int slow_wg : {static_cast<int>(seed % 2), -1})
+      caught = caught || !run_model(tiles, seed, kWideBoxesNoRowTileSync, true, kMaxStages, false, slow_wg, true).empty();
+  EXPECT_TRUE(caught) << "wide boxes without the row-tile barrier";
 }
 
 }  // namespace
