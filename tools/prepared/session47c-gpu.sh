@@ -6,8 +6,12 @@
 # B2 H32 P32: the rows of a CTA's second row tile NaN): v3 wide's o boxes staged in the stages
 # while the producers, which never waited at a row tile boundary in the wide form, filled them
 # with the next row tile's KV (a CTA walks row tiles where a sequence has more rows than the grid
-# plans). km-boxfix: the producers wait at the row tile barrier (the 32-row form's protocol) in
-# the boxes' instantiation; with it, the boxes for every one-split call.
+# plans). The fix (landed on main without a device run; docs/verification.md): the
+# producers wait at the row tile barrier (the 32-row form's protocol) in the boxes' instantiation.
+# The boxes keep their 2048-key bound on main; .gpu-var/fix is main's build (rebuilt at the
+# forty-seventh session's end), so the A/B below should read ~1.00x (uniform batches do not walk).
+# After this job: the boxes for every one-split call (drop the bound: ae04528 reverted as 39e7ba0)
+# as its own A/B (predicted 1.005-1.05x on the 8k / 32k one-split wide shapes).
 # (1) is main's km-next (its tests, .gpu-var/next) failing the same cases at that seed (the race on
 # main)? (2) the fix: unit, the matrix at both seeds, sanitizers on the new test, the mutant (a
 # race: runs, not certainty), (3) A/B against main47b.
