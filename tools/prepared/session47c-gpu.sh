@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The forty-seventh session's third job: branch km-boxfix (.gpu-var/fix: its tests and bench;
 # fix-mut: its tests with cuda_mla_keys_m_wide_boxes_walk.patch; carried packed as
-# .gpu-var/s47c.tar.xz with main47b's bench and km-next's tests).
+# .gpu-var/s47c.tar.xz with main47b's bench, km-next's tests and oall2's bench).
 # Job 3 (km-rows2) failed six -kmw matrix cases at KESTREL_SEED=4703 (verify B3 H32 P128, extend
 # B2 H32 P32: the rows of a CTA's second row tile NaN): v3 wide's o boxes staged in the stages
 # while the producers, which never waited at a row tile boundary in the wide form, filled them
@@ -10,8 +10,10 @@
 # producers wait at the row tile barrier (the 32-row form's protocol) in the boxes' instantiation.
 # The boxes keep their 2048-key bound on main; .gpu-var/fix is main's build (rebuilt at the
 # forty-seventh session's end), so the A/B below should read ~1.00x (uniform batches do not walk).
-# After this job: the boxes for every one-split call (drop the bound: ae04528 reverted as 39e7ba0)
-# as its own A/B (predicted 1.005-1.05x on the 8k / 32k one-split wide shapes).
+# The third arm, oall2 (branch km-obox-all2: the bound dropped again on top of the fix), measures
+# the boxes for every one-split call (predicted 1.005-1.05x over fix on the 8k / 32k one-split
+# wide shapes, ~1.00x at 1k): land it if it holds (its tests are main's with the rule test
+# changed; the CUDA paths are the boxes' at longer keys).
 # (1) is main's km-next (its tests, .gpu-var/next) failing the same cases at that seed (the race on
 # main)? (2) the fix: unit, the matrix at both seeds, sanitizers on the new test, the mutant (a
 # race: runs, not certainty), (3) A/B against main47b.
@@ -37,7 +39,8 @@ for s in verify2-B128-ctx8192-H32 verify4-B128-ctx8192-H32 decode-B128-ctx8192-H
   f+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP")
 done
 if [ "${AB_ROUNDS:-3}" -gt 0 ]; then
-  AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/main47b .gpu-var/fix -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
+  # oall2 = branch km-obox-all2 (main + the boxes for every one-split call): its bench only.
+  AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/main47b .gpu-var/fix .gpu-var/oall2 -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
   python3 scripts/bench-compare "$OUT/z/ab" --base main47b | tee "$OUT/z/ab.txt"
 fi
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
