@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The forty-seventh session's third job: branch km-boxfix (.gpu-var/fix: its tests and bench;
 # fix-mut: its tests with cuda_mla_keys_m_wide_boxes_walk.patch; carried packed as
-# .gpu-var/s47c.tar.xz with main47b's bench, km-next's tests and oall2's bench).
+# .gpu-var/s47c.tar.xz with main47b's bench, km-next's tests, oall2's bench and late's build).
 # Job 3 (km-rows2) failed six -kmw matrix cases at KESTREL_SEED=4703 (verify B3 H32 P128, extend
 # B2 H32 P32: the rows of a CTA's second row tile NaN): v3 wide's o boxes staged in the stages
 # while the producers, which never waited at a row tile boundary in the wide form, filled them
@@ -42,6 +42,22 @@ if [ "${AB_ROUNDS:-3}" -gt 0 ]; then
   # oall2 = branch km-obox-all2 (main + the boxes for every one-split call): its bench only.
   AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/main47b .gpu-var/fix .gpu-var/oall2 -- --reps 10 --no-ceilings "${f[@]}" >/dev/null 2>&1
   python3 scripts/bench-compare "$OUT/z/ab" --base main47b | tee "$OUT/z/ab.txt"
+fi
+# (4) Branch km-late-combine (.gpu-var/late: tests and bench): v3's split combine launched as a
+# programmatic dependent past half the SMs too, let go after each CTA's tile loops (combine_late;
+# the twenty-second session put the combine's launch at ~1.2-2.2% of B32 8k / 32k). Predicted
+# 1.01-1.02x on the split shapes, 1.00x on one-split ones. LATE=0 skips it.
+if [ "${LATE:-1}" = 1 ]; then
+  step late-unit 120 .gpu-var/late/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysM*:MlaAttentionCuda.Combine*' --gtest_brief=1
+  step late-matrix 150 env KESTREL_SEED=4704 .gpu-var/late/kestrel-tests --gtest_filter='cuda/*mla_attention*km*' --gtest_brief=1
+  grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/late-*.log | cut -c1-140 | head -6
+  g=()
+  for s in decode-B32-ctx8192-H32 decode-B8-ctx32768-H32 decode-B32-ctx32768-H32 verify2-B32-ctx32768-H32 verify2-B8-ctx32768-H32 \
+           decode-B8-ctx32768-H128 decode-B32-ctx8192-H128 verify4-B8-ctx8192-H128 verify4-B32-ctx8192-H96 decode-B128-ctx8192-H32; do
+    g+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP")
+  done
+  AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ablate" ${AB_ROUNDS:-3} .gpu-var/main47b .gpu-var/late -- --reps 20 --no-ceilings "${g[@]}" >/dev/null 2>&1
+  python3 scripts/bench-compare "$OUT/z/ablate" --base main47b | tee "$OUT/z/ablate.txt"
 fi
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
