@@ -96,16 +96,11 @@ MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
 }
 
 // Runs the op and returns the kernel names it launched.
-std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
-                             MlaAttentionPrecision precision = MlaAttentionPrecision::exact,
-                             MlaAttentionCombine combine = MlaAttentionCombine::automatic,
-                             MlaAttentionSchedule schedule = MlaAttentionSchedule::automatic, int32_t splits = 0) {
+// Runs the CUDA backend on `a` and returns the kernels it launched (their names).
+std::vector<std::string> run_args(const MlaAttentionArgs& a) {
   std::vector<std::string> log;
   cuda::set_launch_log(&log);
   try {
-    MlaAttentionArgs a = args(p, kernel, precision, combine);
-    a.cuda_schedule = schedule;
-    a.cuda_splits = splits;
     mla_attention(Backend::cuda, a);
     device_sync();
   } catch (...) {
@@ -114,6 +109,16 @@ std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
   }
   cuda::set_launch_log(nullptr);
   return log;
+}
+
+std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
+                             MlaAttentionPrecision precision = MlaAttentionPrecision::exact,
+                             MlaAttentionCombine combine = MlaAttentionCombine::automatic,
+                             MlaAttentionSchedule schedule = MlaAttentionSchedule::automatic, int32_t splits = 0) {
+  MlaAttentionArgs a = args(p, kernel, precision, combine);
+  a.cuda_schedule = schedule;
+  a.cuda_splits = splits;
+  return run_args(a);
 }
 
 bool launched(const std::vector<std::string>& log, const std::string& part) {
@@ -396,11 +401,7 @@ std::vector<std::string> run_into_padded_o(MlaAttentionArgs a, int64_t Tq, int64
                                            const std::vector<uint16_t>& want) {
   Tensor wide = upload(std::vector<uint16_t>(static_cast<size_t>(Tq * heads * cols), 0x7fc1), {Tq, heads, cols}, DType::bf16, Device::cuda);
   a.o = wide.view().slice(1, 0, H).slice(2, 0, kMlaNope);
-  std::vector<std::string> log;
-  cuda::set_launch_log(&log);
-  mla_attention(Backend::cuda, a);
-  device_sync();
-  cuda::set_launch_log(nullptr);
+  const std::vector<std::string> log = run_args(a);
   const std::vector<uint16_t> got = testing_util::download<uint16_t>(wide);
   for (int64_t tok = 0; tok < Tq; ++tok)
     for (int64_t h = 0; h < heads; ++h)
@@ -564,11 +565,7 @@ TEST_F(MlaAttentionCuda, KeysMQByTensorCopyOnlyForTokensHRowsApart) {
       Tensor q = upload(wide, {Tq, pad.heads, pad.cols}, DType::fp8_e4m3, Device::cuda);
       MlaAttentionArgs a = args(p, form.kernel, MlaAttentionPrecision::fast);
       a.q = q.view().slice(1, 0, H).slice(2, 0, kMlaRow);
-      std::vector<std::string> log;
-      cuda::set_launch_log(&log);
-      mla_attention(Backend::cuda, a);
-      device_sync();
-      cuda::set_launch_log(nullptr);
+      const std::vector<std::string> log = run_args(a);
       EXPECT_TRUE(launched(log, "keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK"));
       EXPECT_EQ(launched(log, "+ q by tensor copy"), pad.q_tma) << "q as [" << pad.heads << ", " << pad.cols << "] a token";
       EXPECT_EQ(testing_util::download<float>(p.lse), want_lse) << "q as [" << pad.heads << ", " << pad.cols << "] a token";

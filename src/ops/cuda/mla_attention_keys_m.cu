@@ -96,7 +96,7 @@
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
 //   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4], Q's:
 //   215,384 bytes, 216,408 with the alignment slack. (The wide form's o boxes: the first 64 KB of
-//   the stages, once the CTA's one row tile has consumed every tile.)
+//   the stages, once the row tile has consumed every tile; see the protocol for a walking CTA.)
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
 //   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
@@ -213,8 +213,8 @@ constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
 // The wide form's o by tensor copy (o_boxes): warpgroup c's 256 value features of the 64 rows as 4
 // boxes of 64 rows x 64 features (bf16, the 128-byte swizzle: sw128_offset(64, row, feature)) in
-// the c-th 32 KB of the stages, free once both warpgroups passed the merge barrier (the CTA's one
-// row tile consumed every tile the producers fill).
+// the c-th 32 KB of the stages, free once both warpgroups passed the merge barrier (the row tile
+// consumed every tile; the producers fill the next row tile's only past the row tile barrier).
 constexpr uint32_t kOHalfBytes = kWide * (kDv / 2) * 2;  // 32,768
 static_assert(kOffStages % 1024 == 0 && 2 * kOHalfBytes <= kStages * kStageBytes, "o's boxes in the stages, 1024-aligned");
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
@@ -528,14 +528,14 @@ __device__ __forceinline__ void pv_tile(float (&o)[8][16], uint4 (&x)[2][2], con
   // made ptxas serialise every wgmma, C7514), or the row tile's end does.
 }
 
-// One output row's kV consecutive features f0 .. f0 + kV - 1 of row r (already scaled): bf16 o and
-// its lse (natural log) when the call has one split, else the split's f32 partial and base-2 lse
-// for the combine kernel.
 // lse of row r (one split), natural log.
 __device__ __forceinline__ void store_lse(const MlaAttentionParams& p, const SeqPlan& s, int r, float lse2) {
   if (p.lse) p.lse[static_cast<int64_t>(s.qb + r / p.H) * p.lse_s0 + static_cast<int64_t>(r % p.H) * p.lse_s1] = lse2 * kLn2;
 }
 
+// One output row's kV consecutive features f0 .. f0 + kV - 1 of row r (already scaled): bf16 o and
+// its lse (natural log) when the call has one split, else the split's f32 partial and base-2 lse
+// for the combine kernel.
 template <int kV>
 __device__ __forceinline__ void store_row(const MlaAttentionParams& p, const SeqPlan& s, int split, int r, int f0,
                                           const float (&v)[kV], float lse2, bool lse_writer) {
