@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The forty-eighth session's job (binaries built here, carried packed as .gpu-var/s48.tar.xz):
-#   m48  main 82de9e2: the wide boxes for every one-split call (branch km-obox-all2 merged after
-#        job 1's A/B: 1.005-1.02x over the bound on the 8k one-split wide shapes); its tests run here
-#        first, as the boxes now take calls longer than 2048 keys (WideKeysMOBoxesForLongOneSplitCalls).
+#   m48  branch km-obox-all3 (82de9e2): the wide boxes for every one-split call (km-obox-all2, merged
+#        after job 1's A/B: 1.005-1.02x over the bound on the 8k one-split wide shapes, then taken
+#        back off main for want of a device run); its tests run here first, as the boxes then take
+#        calls longer than 2048 keys (WideKeysMOBoxesForLongOneSplitCalls). Merge it if they pass.
 #   evl  branch km-evl: v3's split partials stored evict-last (st.global.L2::cache_hint.v4), as v4's
 #        (whose writes' policy alone measured 1.005x in the forty-fourth session). Predicted
 #        1.00-1.01x on the split shapes.
