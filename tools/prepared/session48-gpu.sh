@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The forty-eighth session's job (binaries built here, carried packed as .gpu-var/s48.tar.xz):
-#   m48  branch km-obox-all3 (82de9e2): the wide boxes for every one-split call (km-obox-all2, merged
+#   m48  branch km-obox-all3 (4b72209; built from 82de9e2, the same code): the wide boxes for every one-split call (km-obox-all2, merged
 #        after job 1's A/B: 1.005-1.02x over the bound on the 8k one-split wide shapes, then taken
 #        back off main for want of a device run); its tests run here first, as the boxes then take
 #        calls longer than 2048 keys (WideKeysMOBoxesForLongOneSplitCalls). Merge it if they pass.
