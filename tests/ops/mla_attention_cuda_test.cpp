@@ -95,7 +95,6 @@ MlaAttentionArgs args(const Problem& p, MlaAttentionKernel kernel,
   return a;
 }
 
-// Runs the op and returns the kernel names it launched.
 // Runs the CUDA backend on `a` and returns the kernels it launched (their names).
 std::vector<std::string> run_args(const MlaAttentionArgs& a) {
   std::vector<std::string> log;
@@ -111,6 +110,7 @@ std::vector<std::string> run_args(const MlaAttentionArgs& a) {
   return log;
 }
 
+// Runs the op on `p` and returns the kernel names it launched.
 std::vector<std::string> run(const Problem& p, MlaAttentionKernel kernel,
                              MlaAttentionPrecision precision = MlaAttentionPrecision::exact,
                              MlaAttentionCombine combine = MlaAttentionCombine::automatic,
