@@ -488,15 +488,13 @@ TEST(MlaAttentionRule, Seesaw64OBoxesForShortSplits) {
   EXPECT_FALSE(mla_attention_seesaw64_o_boxes(1024, 0));  // no plan
 }
 
-// v3 wide's o boxes: one split (partials stay f32 rows) of at most 2048 keys of the planning length.
-TEST(MlaAttentionRule, KeysMOBoxesForOneShortSplit) {
-  EXPECT_TRUE(mla_attention_keys_m_o_boxes(1024, 1));   // B 32 / 128 at 1k keys (measured 1.055-1.087x)
-  EXPECT_TRUE(mla_attention_keys_m_o_boxes(2048, 1));   // the bound
-  EXPECT_FALSE(mla_attention_keys_m_o_boxes(2049, 1));
-  EXPECT_FALSE(mla_attention_keys_m_o_boxes(8192, 1));  // B 128 at 8k keys (0.97-0.99x)
-  EXPECT_FALSE(mla_attention_keys_m_o_boxes(1024, 2));  // partials
-  EXPECT_FALSE(mla_attention_keys_m_o_boxes(8192, 4));  // (unlike v4's: splits write partials here)
-  EXPECT_FALSE(mla_attention_keys_m_o_boxes(1024, 0));  // no plan
+// v3 wide's o boxes: one split (partials stay f32 rows), whatever its length (the forty-seventh
+// session dropped the 2048-key bound with the spill-free stores).
+TEST(MlaAttentionRule, KeysMOBoxesForOneSplit) {
+  EXPECT_TRUE(mla_attention_keys_m_o_boxes(1));
+  EXPECT_FALSE(mla_attention_keys_m_o_boxes(2));  // partials
+  EXPECT_FALSE(mla_attention_keys_m_o_boxes(4));  // (unlike v4's: splits write partials here)
+  EXPECT_FALSE(mla_attention_keys_m_o_boxes(0));  // no plan
 }
 
 TEST(MlaAttentionCpu, OneKeyGivesItsValueAndScore) {

@@ -477,24 +477,20 @@ TEST_F(MlaAttentionCuda, WideKeysMOBoxesOnlyForTokensHRowsApart) {
   }
 }
 
-// v3 wide's o boxes where a CTA walks several row tiles (a ragged verify batch: sequence 0 has 16
-// queries, more rows than the grid plans): the boxes are staged in the stages, which the producers
-// fill with the next row tile's KV only after the staged o left them (the row tile barrier). The
-// packed o (boxes) against o with padded heads (rows), bit for bit, several runs (the race this
-// guards against, found by the matrix in the forty-seventh session, showed as NaN rows).
-TEST_F(MlaAttentionCuda, WideKeysMOBoxesWhileWalkingRowTiles) {
+// v3 wide's o boxes, one split forced, on a ragged fp8 batch (an e4m3 q from `seed`, the cache from
+// seed + 1, H 32): the packed o (boxes), free of NaN and the same bits in `reps` more runs,
+// against o with padded heads (rows), bit for bit.
+void expect_wide_boxes_match_rows(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& lens, uint64_t seed, int reps) {
   constexpr int64_t H = 32;
-  const std::vector<int32_t> q_lens = {16, 2, 3, 1, 2, 4, 2, 2};
-  const std::vector<int32_t> lens = {900, 40, 333, 7, 1000, 64, 129, 700};
   std::vector<int32_t> q_start = {0};
   for (int32_t n : q_lens) q_start.push_back(q_start.back() + n);
   const int64_t Tq = q_start.back();
   std::vector<uint8_t> q8(static_cast<size_t>(Tq * H * kMlaRow));
-  std::mt19937_64 rng(4731);
+  std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : q8) x = f32_to_fp8_e4m3(u(rng));
   const auto problem = [&] {
-    Problem p = make(64, DType::fp8_e4m3, lens, 4732, H);
+    Problem p = make(64, DType::fp8_e4m3, lens, seed + 1, H);
     p.q_start = q_start;
     p.starts = upload(q_start, {p.B() + 1}, DType::i32, Device::cuda);
     p.q = upload(q8, {Tq, H, kMlaRow}, DType::fp8_e4m3, Device::cuda);
@@ -509,7 +505,7 @@ TEST_F(MlaAttentionCuda, WideKeysMOBoxesWhileWalkingRowTiles) {
   EXPECT_TRUE(launched(run_one_split(packed), "64 rows> + o boxes by tensor copy"));
   const std::vector<uint16_t> want = testing_util::download<uint16_t>(packed.o);
   for (size_t i = 0; i < want.size(); ++i) ASSERT_LE(want[i] & 0x7fffu, 0x7f80u) << "o[" << i << "] NaN";
-  for (int rep = 0; rep < 4; ++rep) {
+  for (int rep = 0; rep < reps; ++rep) {
     Problem again = problem();
     run_one_split(again);
     ASSERT_EQ(testing_util::download<uint16_t>(again.o), want) << "run " << rep + 2;
@@ -520,6 +516,20 @@ TEST_F(MlaAttentionCuda, WideKeysMOBoxesWhileWalkingRowTiles) {
   const auto rows_log = run_into_padded_o(a, Tq, H, H + 1, kMlaNope, want);
   EXPECT_TRUE(launched(rows_log, "64 rows>"));
   EXPECT_FALSE(launched(rows_log, "+ o boxes by tensor copy"));
+}
+
+// Where a CTA walks several row tiles (a ragged verify batch: sequence 0 has 16 queries, more rows
+// than the grid plans): the boxes are staged in the stages, which the producers fill with the next
+// row tile's KV only after the staged o left them (the row tile barrier). Several runs: the race
+// this guards against, found by the matrix in the forty-seventh session, showed as NaN rows.
+TEST_F(MlaAttentionCuda, WideKeysMOBoxesWhileWalkingRowTiles) {
+  expect_wide_boxes_match_rows({16, 2, 3, 1, 2, 4, 2, 2}, {900, 40, 333, 7, 1000, 64, 129, 700}, 4731, 4);
+}
+
+// For one split of any length (the 2048-key bound dropped in the forty-eighth session): up to 7000
+// keys; sequences 0 and 4 (12 and 8 queries against the 6 the grid plans) walk row tiles too.
+TEST_F(MlaAttentionCuda, WideKeysMOBoxesForLongOneSplitCalls) {
+  expect_wide_boxes_match_rows({12, 2, 4, 1, 8}, {7000, 2049, 4100, 3000, 2600}, 4811, 1);
 }
 
 // v3's Q by tensor copy (both fast forms): taken when q's tokens lie H rows apart with 16-byte rows

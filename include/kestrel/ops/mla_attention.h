@@ -206,17 +206,14 @@ inline constexpr int64_t kMlaAttentionKeysMCtaCostKeys = 1000;
 int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms, int64_t plan_splits);
 // Whether v3's wide form sends a whole 64-row tile's o out as 4 boxes a warpgroup by tensor copy
 // (one thread) from the stages rather than as 16 stores a thread (where o's tokens are H rows
-// apart): where the call has one split (a split's partials stay f32 rows) of at most
-// kMlaAttentionKeysMOBoxMaxKeys keys of the planning length, the kernel that has them (its own
-// instantiation). Measured (H100, forty-sixth session, docs/perf.md, with the Q by tensor copy):
-// 1.055-1.087x at 1k keys (B 32 / 128: decode and verify 2 / 4 / 8 at H 128, verify 8 at H 96,
-// verify 4 at H 32), 1.034x at B 8; its CTA timeline put the o stores at 2.8 us against 6.2 and
-// a 64-key tile at 1.75 us against 1.71 (that instantiation's loop), and at 8k keys (one split)
-// 0.97-0.99x: so, as v4's boxes, long splits keep the kernel without them.
-inline constexpr int64_t kMlaAttentionKeysMOBoxMaxKeys = 2048;
-constexpr bool mla_attention_keys_m_o_boxes(int64_t kv_len, int64_t splits) {
-  return splits == 1 && kv_len <= kMlaAttentionKeysMOBoxMaxKeys;
-}
+// apart): where the call has one split (a split's partials stay f32 rows), the kernel that has them
+// (its own instantiation). Measured (H100, docs/perf.md): 1.055-1.087x at 1k keys (B 32 / 128,
+// forty-sixth session, with the Q by tensor copy), 1.034x at B 8; its CTA timeline put the o
+// stores at 2.8 us against 6.2. Then its tile loop ran 2% slower (4 bytes of spills) and 8k keys
+// lost (0.97-0.99x), so it was bound to 2048 keys; with the stores from two bases a thread (no
+// spills) it gains there too (forty-seventh session, 3 rounds against the bound: 8k / 32k one-split
+// wide shapes 1.005-1.053x).
+constexpr bool mla_attention_keys_m_o_boxes(int64_t splits) { return splits == 1; }
 // Whether v4 sends a whole 64-row tile's o out as 4 boxes a warpgroup by tensor copy (one
 // thread) rather than as 128 row copies (where o's tokens are H rows apart and a split writes o
 // itself): where a split streams at most kMlaAttentionSeesaw64OBoxMaxKeys keys of the planning

@@ -71,8 +71,8 @@
 // and accumulates O^T over all 64 rows for value features 256 c .. (4 m-tiles, wgmma m64n64k16,
 // km::pv_wide_feature: 8-byte loads, half the conversions); the stage is released by all 8 warps.
 // At the end no merge: m and l of the 64 rows go through shared memory, and each warpgroup writes
-// its features of every row: as 16 stores a thread, or (kOBoxes: one split of at most
-// kMlaAttentionKeysMOBoxMaxKeys keys, o's tokens H rows apart) staged in its 32 KB of the stages as
+// its features of every row: as 16 stores a thread, or (kOBoxes: one split, o's tokens H rows
+// apart) staged in its 32 KB of the stages as
 // 4 boxes of 64 rows x 64 features that one thread copies out by tensor copy (a partial row tile's
 // rows by the warpgroup, out of the staging). Its Q (and the fast 32-row form's, one 32-row tile
 // of 5 boxes) comes by tensor copy from the producers when
@@ -1050,9 +1050,9 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // Exact precision: f16 operands for both products, P as hi + lo. Fast: P rounded once to f16 and
 // QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
-// The wide form writes a whole row tile's o by tensor copy when the call has one split of at most
-// kMlaAttentionKeysMOBoxMaxKeys keys (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart
-// (encode_mla_o_map), else row by row.
+// The wide form writes a whole row tile's o by tensor copy when the call has one split
+// (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart (encode_mla_o_map), else row by
+// row.
 // The fast forms' Q (e4m3 bytes as they are) comes by tensor copy when q's tokens lie H rows apart
 // with 16-byte rows (encode_mla_q8_map), for a CTA's first row tile (a CTA walks on to more where
 // a sequence has more rows than the grid plans; those load Q through registers). (The exact form
@@ -1062,7 +1062,7 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
   const bool q_tma = !split_p && encode_mla_q8_map(p, &map_q);  // (the exact form's Q is f16)
   if (split_p) {
     launch<true, false, kN>(p, grid, map_o, map_q, false, s);
-  } else if (wide && mla_attention_keys_m_o_boxes(static_cast<int64_t>(p.max_pages) * p.page_size, p.splits) &&
+  } else if (wide && mla_attention_keys_m_o_boxes(p.splits) &&
              encode_mla_o_map(p, &map_o)) {
     launch<false, true, kWide, true>(p, grid, map_o, map_q, q_tma, s);
   } else if (wide) {
