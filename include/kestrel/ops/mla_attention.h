@@ -211,8 +211,9 @@ int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv
 // forty-sixth session, with the Q by tensor copy), 1.034x at B 8; its CTA timeline put the o
 // stores at 2.8 us against 6.2. Then its tile loop ran 2% slower (4 bytes of spills) and 8k keys
 // lost (0.97-0.99x), so it was bound to 2048 keys; with the stores from two bases a thread (no
-// spills) it gains there too (forty-seventh session, 3 rounds against the bound: 8k / 32k one-split
-// wide shapes 1.005-1.053x).
+// spills) it gains there too (forty-eighth session, 3 rounds against the bound: 1.009-1.021x on six
+// 8k one-split wide shapes, 0.996x at decode B 128 32k H 128); the bound went in the forty-ninth,
+// once its tests past 2048 keys passed on the device.
 constexpr bool mla_attention_keys_m_o_boxes(int64_t splits) { return splits == 1; }
 // Whether v4 sends a whole 64-row tile's o out as 4 boxes a warpgroup by tensor copy (one
 // thread) rather than as 128 row copies (where o's tokens are H rows apart and a split writes o
