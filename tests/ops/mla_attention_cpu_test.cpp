@@ -488,8 +488,8 @@ TEST(MlaAttentionRule, Seesaw64OBoxesForShortSplits) {
   EXPECT_FALSE(mla_attention_seesaw64_o_boxes(1024, 0));  // no plan
 }
 
-// v3 wide's o boxes: one split (partials stay f32 rows), whatever its length (the forty-seventh
-// session dropped the 2048-key bound with the spill-free stores).
+// v3 wide's o boxes: one split (partials stay f32 rows), whatever its length (the 2048-key bound
+// went in the forty-ninth session, measured in the forty-eighth with the spill-free stores).
 TEST(MlaAttentionRule, KeysMOBoxesForOneSplit) {
   EXPECT_TRUE(mla_attention_keys_m_o_boxes(1));
   EXPECT_FALSE(mla_attention_keys_m_o_boxes(2));  // partials
