@@ -755,6 +755,85 @@ TEST_F(MlaAttentionCuda, KeysMBalancedSplitsAreTaken) {
                             "balanced splits against one");
 }
 
+// A sequence of one 64-key tile leaves v3's second consumer warpgroup without keys (its maximum
+// -inf, its sum 0); the merge of the two halves must give that half the factor 0. Scores here
+// all lie near -150 in log2 units (q all 1, every key's rope part -16: 64 x -16 against +-20 from
+// the values, times 0.1), where exp2(0 - m) overflowed to inf and 0 * inf made the rows NaN. Both
+// precisions (the fast one with 1 and 2 splits) against a double-precision reference of the same
+// decoded bytes: o within 0.5% of the largest |v| (exact) or 3% (fast: P rounded once, QK's e4m3
+// accumulation off by ~2^-13 of -1024 a score), lse within 1e-3 relative.
+TEST_F(MlaAttentionCuda, KeysMHalfWithoutKeysBesideVeryLowScores) {
+  const std::vector<int32_t> lens = {40, 64, 1, 100, 64, 3};
+  Problem p = make(64, DType::fp8_e4m3, lens, 4903, 32);
+  const int64_t B = p.B(), H = p.H;
+  std::vector<uint8_t> q8(static_cast<size_t>(B * H * kMlaRow), f32_to_fp8_e4m3(1.0f));
+  p.q = testing_util::upload(q8, {B, H, kMlaRow}, DType::fp8_e4m3, Device::cuda);
+  std::vector<uint8_t> cache = testing_util::download<uint8_t>(p.cache);
+  for (size_t r = 0; r < cache.size() / kMlaRow; ++r)
+    for (int64_t d = kMlaNope; d < kMlaRow; ++d) cache[r * kMlaRow + static_cast<size_t>(d)] = f32_to_fp8_e4m3(-16.0f);
+  p.cache = testing_util::upload(cache, {p.pages, p.page_size, kMlaRow}, DType::fp8_e4m3, Device::cuda);
+  const float softmax_scale = 0.1f;
+  // The reference: per sequence (every head sees the same q), softmax over its keys in double.
+  std::vector<double> o_ref(static_cast<size_t>(B * kMlaNope)), lse_ref(static_cast<size_t>(B));
+  double max_v = 0.0, max_score = -1e300;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t L = lens[static_cast<size_t>(b)];
+    std::vector<double> score(static_cast<size_t>(L));
+    const auto row = [&](int64_t pos) {
+      const int64_t page = p.table[static_cast<size_t>(b * p.max_pages() + pos / p.page_size)];
+      return &cache[static_cast<size_t>((page * p.page_size + pos % p.page_size) * kMlaRow)];
+    };
+    double m = -1e300;
+    for (int64_t j = 0; j < L; ++j) {
+      double dot = 0.0;
+      for (int64_t d = 0; d < kMlaRow; ++d) dot += fp8_e4m3_to_f32(row(j)[d]);
+      score[static_cast<size_t>(j)] = softmax_scale * dot;
+      m = std::max(m, score[static_cast<size_t>(j)]);
+    }
+    max_score = std::max(max_score, m);
+    double l = 0.0;
+    for (int64_t j = 0; j < L; ++j) {
+      const double w = std::exp(score[static_cast<size_t>(j)] - m);
+      l += w;
+      for (int64_t d = 0; d < kMlaNope; ++d) {
+        const double v = fp8_e4m3_to_f32(row(j)[d]);
+        max_v = std::max(max_v, std::fabs(v));
+        o_ref[static_cast<size_t>(b * kMlaNope + d)] += w * v;
+      }
+    }
+    for (int64_t d = 0; d < kMlaNope; ++d) o_ref[static_cast<size_t>(b * kMlaNope + d)] /= l;
+    lse_ref[static_cast<size_t>(b)] = m + std::log(l);
+  }
+  ASSERT_LT(max_score / std::log(2.0), -128.0) << "the scores must lie below -128 in log2 units";
+  struct Mode {
+    MlaAttentionPrecision precision;
+    int32_t splits;
+  };
+  for (const Mode mode : {Mode{MlaAttentionPrecision::exact, 0}, Mode{MlaAttentionPrecision::fast, 1},
+                          Mode{MlaAttentionPrecision::fast, 2}}) {
+    const std::string what = std::string(mode.precision == MlaAttentionPrecision::fast ? "fast" : "exact") + ", " +
+                             std::to_string(mode.splits) + " splits";
+    poison_outputs(p);
+    MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma_keys_m, mode.precision);
+    a.softmax_scale = softmax_scale;
+    a.cuda_splits = mode.splits;
+    EXPECT_TRUE(launched(run_args(a), "mla_attention_keys_m_kernel<")) << what;
+    const std::vector<uint16_t> o = testing_util::download<uint16_t>(p.o);
+    const std::vector<float> lse = testing_util::download<float>(p.lse);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const double l_got = lse[static_cast<size_t>(b * H + h)], l_want = lse_ref[static_cast<size_t>(b)];
+        ASSERT_NEAR(l_got, l_want, 1e-3 * std::fabs(l_want)) << what << ": lse of sequence " << b << ", head " << h;
+        for (int64_t d = 0; d < kMlaNope; ++d) {
+          const double got = bf16_to_f32(o[static_cast<size_t>((b * H + h) * kMlaNope + d)]);
+          ASSERT_NEAR(got, o_ref[static_cast<size_t>(b * kMlaNope + d)],
+                      (mode.precision == MlaAttentionPrecision::fast ? 0.03 : 0.005) * max_v)
+              << what << ": o of sequence " << b << ", head " << h << ", feature " << d;
+        }
+      }
+  }
+}
+
 // The page size does not change the bits: the same logical rows paged by 64 (a bf16 cache: TMA
 // mode) and by 16 (the relayout mode; fp8 caches take it for both) give the same o and lse, for
 // both cache dtypes and both precisions (ragged lengths, tails inside a tile, several splits).

@@ -639,6 +639,12 @@ __device__ __forceinline__ void store_pt(const float (&sc)[16], const float (&m)
   }
 }
 
+// The factor that moves a part's o and sum (kept relative to its maximum m, or to 0 where m is
+// -inf) onto the merged maximum m_ref: 0 for a part that attended nothing (its o and sum are 0).
+// (exp2(0 - m_ref) there overflowed to inf for m_ref < -128, and 0 * inf made the row NaN: a
+// warpgroup without tiles beside one whose scores all lie below -128 in log2 units.)
+__device__ __forceinline__ float merge_factor(float m, float m_ref) { return m == -INFINITY ? 0.0f : exp2f(m - m_ref); }
+
 template <bool kSplitP, bool kFp8Qk>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                          uint8_t* base_ptr, int c, int t, bool q_tma) {
@@ -719,9 +725,8 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
       const float m_o = ml[(c ^ 1) * 2 * kN + n], l_o = ml[(c ^ 1) * 2 * kN + kN + n];
       const float m_star = fmaxf(m[k], m_o);
       m_ref[k] = m_star == -INFINITY ? 0.0f : m_star;
-      f_mine[k] = exp2f((m[k] == -INFINITY ? 0.0f : m[k]) - m_ref[k]);
-      const float f_o = exp2f((m_o == -INFINITY ? 0.0f : m_o) - m_ref[k]);
-      l_all[k] = l[k] * f_mine[k] + l_o * f_o;
+      f_mine[k] = merge_factor(m[k], m_ref[k]);
+      l_all[k] = l[k] * f_mine[k] + l_o * merge_factor(m_o, m_ref[k]);
     }
     const bool writer = (w / 2) == c;  // this thread writes the output of its features
     float* xch = reinterpret_cast<float*>(base_ptr + kOffStages) + (w / 2) * 64 * 128;  // [128 values][64 threads]
