@@ -20,14 +20,7 @@ step synccheck 150 compute-sanitizer --tool synccheck --error-exitcode 3 $P --gt
 step mut-pair 100 .gpu-var/mut-pair_bulk/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMSplitPairsMatchUnpairedSplits:cuda/*mla_attention*pairs*' --gtest_brief=1
 step hf-unit 150 .gpu-var/hf49/kestrel-tests --gtest_filter='MlaAttentionCuda.*KeysM*:MlaAttentionRule.*' --gtest_brief=1
 step hf-matrix 100 env KESTREL_SEED=4903 .gpu-var/hf49/kestrel-tests --gtest_filter='cuda/*mla_attention*km*' --gtest_brief=1
-g=()
-for s in decode-B1-ctx8192-H32 decode-B1-ctx32768-H32 decode-B8-ctx1024-H32 decode-B8-ctx8192-H32 decode-B8-ctx32768-H32 \
-         decode-B32-ctx8192-H32 decode-B32-ctx32768-H32 verify2-B8-ctx8192-H32 verify2-B8-ctx32768-H32 verify2-B32-ctx32768-H32 \
-         verify4-B8-ctx32768-H32 decode-B128-ctx8192-H32; do
-  g+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP")
-done
-AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/m48 .gpu-var/p49 .gpu-var/p49b .gpu-var/p49n -- --reps 20 --no-ceilings "${g[@]}" >/dev/null 2>&1
-python3 scripts/bench-compare "$OUT/z/ab" --base m48 | tee "$OUT/z/ab.txt"
+ab_h32_splits m48 ${AB_ROUNDS:-3} .gpu-var/m48 .gpu-var/p49 .gpu-var/p49b .gpu-var/p49n
 grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/unit.log "$OUT"/z/matrix-*.log "$OUT"/z/memcheck.log "$OUT"/z/synccheck.log "$OUT"/z/hf-*.log 2>/dev/null | cut -c1-160 | head -10
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"

@@ -23,14 +23,7 @@ for k in 'ILb0ELb1ELi32ELb0ELb0EE' 'ILb0ELb1ELi32ELb0ELb1EE'; do
     END { print "HGMMA lines " h0 " .. " h1 ", lines " n }' > "$OUT/z/sass-$k.txt"
   echo "sass $k: $(tail -1 "$OUT/z/sass-$k.txt"), $(grep -c -E 'STL|LDL' "$OUT/z/sass-$k.txt") local accesses"
 done
-g=()
-for s in decode-B1-ctx8192-H32 decode-B1-ctx32768-H32 decode-B8-ctx1024-H32 decode-B8-ctx8192-H32 decode-B8-ctx32768-H32 \
-         decode-B32-ctx8192-H32 decode-B32-ctx32768-H32 verify2-B8-ctx8192-H32 verify2-B8-ctx32768-H32 verify2-B32-ctx32768-H32 \
-         verify4-B8-ctx32768-H32 decode-B128-ctx8192-H32; do
-  g+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP")
-done
-AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" ${AB_ROUNDS:-3} .gpu-var/m48 .gpu-var/ws49 -- --reps 20 --no-ceilings "${g[@]}" >/dev/null 2>&1
-python3 scripts/bench-compare "$OUT/z/ab" --base m48 | tee "$OUT/z/ab.txt"
+ab_h32_splits m48 ${AB_ROUNDS:-3} .gpu-var/m48 .gpu-var/ws49
 grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/unit.log "$OUT"/z/matrix-*.log "$OUT"/z/memcheck.log 2>/dev/null | cut -c1-160 | head -10
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
