@@ -526,7 +526,7 @@ TEST_F(MlaAttentionCuda, WideKeysMOBoxesWhileWalkingRowTiles) {
   expect_wide_boxes_match_rows({16, 2, 3, 1, 2, 4, 2, 2}, {900, 40, 333, 7, 1000, 64, 129, 700}, 4731, 4);
 }
 
-// For one split of any length (the 2048-key bound dropped in the forty-eighth session): up to 7000
+// For one split of any length (the 2048-key bound went in the forty-ninth session): up to 7000
 // keys; sequences 0 and 4 (12 and 8 queries against the 6 the grid plans) walk row tiles too.
 TEST_F(MlaAttentionCuda, WideKeysMOBoxesForLongOneSplitCalls) {
   expect_wide_boxes_match_rows({12, 2, 4, 1, 8}, {7000, 2049, 4100, 3000, 2600}, 4811, 1);
