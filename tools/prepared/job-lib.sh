@@ -32,17 +32,22 @@ each_test() {
     step "unit-$t" "$limit" "$bin" --gtest_filter="$t" --gtest_brief=1
   done
 }
-# ab_h32_splits BASE ROUNDS DIR...: gpu-ab of the builds DIR... on the forty-ninth session's twelve
-# H 32 fp8 shapes (v3's 32-row form with splits, and one-split controls), --reps 20, then their
-# ratios against the build named BASE (scripts/bench-compare) into $OUT/z/ab.txt.
-ab_h32_splits() {
-  local base=$1 rounds=$2 s g=()
-  shift 2
-  for s in decode-B1-ctx8192-H32 decode-B1-ctx32768-H32 decode-B8-ctx1024-H32 decode-B8-ctx8192-H32 decode-B8-ctx32768-H32 \
-           decode-B32-ctx8192-H32 decode-B32-ctx32768-H32 verify2-B8-ctx8192-H32 verify2-B8-ctx32768-H32 \
-           verify2-B32-ctx32768-H32 verify4-B8-ctx32768-H32 decode-B128-ctx8192-H32; do
-    g+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP")
-  done
+# ab_fp8_fast BASE ROUNDS "SHAPES" DIR...: gpu-ab of the builds DIR... on the fp8 fast cases
+# mla_attention/<shape>-fp8_e4m3-qfp8-fastP of each SHAPES word, --reps 20, then their ratios
+# against the build named BASE (scripts/bench-compare) into $OUT/z/ab.txt.
+ab_fp8_fast() {
+  local base=$1 rounds=$2 shapes=$3 s g=()
+  shift 3
+  for s in $shapes; do g+=(--filter "mla_attention/$s-fp8_e4m3-qfp8-fastP"); done
   AB_TIMEOUT=200 scripts/gpu-ab "$OUT/z/ab" "$rounds" "$@" -- --reps 20 --no-ceilings "${g[@]}" >/dev/null 2>&1
   python3 scripts/bench-compare "$OUT/z/ab" --base "$base" | tee "$OUT/z/ab.txt"
+}
+# ab_h32_splits BASE ROUNDS DIR...: ab_fp8_fast on the forty-ninth session's twelve H 32 shapes (v3's
+# 32-row form with splits, and one-split controls).
+ab_h32_splits() {
+  local base=$1 rounds=$2
+  shift 2
+  ab_fp8_fast "$base" "$rounds" "decode-B1-ctx8192-H32 decode-B1-ctx32768-H32 decode-B8-ctx1024-H32 decode-B8-ctx8192-H32
+    decode-B8-ctx32768-H32 decode-B32-ctx8192-H32 decode-B32-ctx32768-H32 verify2-B8-ctx8192-H32 verify2-B8-ctx32768-H32
+    verify2-B32-ctx32768-H32 verify4-B8-ctx32768-H32 decode-B128-ctx8192-H32" "$@"
 }
