@@ -5,8 +5,8 @@
 #   .gpu-var/s51.tar.xz   m (main's kestrel-bench), ws (main + ws-boxes.patch: kestrel-bench,
 #                         kestrel-tests), mut-ws, mut-wsw (its two staged-partials mutants)
 #   .gpu-var/s51b.tar.xz  lead (ws + km-lead2.patch), mut-lead, mut-leadh (its two mutants)
-# and, with BRANCHES=1, the local branches ws-boxes and km-lead2 (commits of the patches) so that
-# session51b-gpu.sh can run from a checkout of km-lead2. Then, from that checkout:
+# and, with BRANCHES=1, the local branches ws-boxes and km-lead2 (commits of the patches, to merge
+# once their tests pass). Then, from main:
 #   run: bash tools/prepared/session51b-gpu.sh   (carry .gpu-var/s51.tar.xz and .gpu-var/s51b.tar.xz)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
