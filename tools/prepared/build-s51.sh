@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds here (nvcc, no GPU) the binaries session51b-gpu.sh carries, from main and the two patches
 # kept beside this script (a new checkout has neither the branches nor .gpu-var/), in one scratch
-# worktree rebuilt incrementally (~20 minutes on 2 cores):
+# worktree rebuilt incrementally (~12 minutes on 2 cores):
 #   .gpu-var/s51.tar.xz   m (main's kestrel-bench), ws (main + ws-boxes.patch: kestrel-bench,
 #                         kestrel-tests), mut-ws, mut-wsw (its two staged-partials mutants)
 #   .gpu-var/s51b.tar.xz  lead (ws + km-lead2.patch), mut-lead, mut-leadh (its two mutants)
@@ -30,7 +30,7 @@ pack() {  # pack FILE NAME...
   (cd "$S" && tar cf - "$@" | xz -T2 -6 > "$R/.gpu-var/$f") && echo "built .gpu-var/$f"
 }
 build && put m "$T/build/kestrel-bench"
-git -C "$T" apply "$R/tools/prepared/ws-boxes.patch"
+git -C "$T" apply --whitespace=nowarn "$R/tools/prepared/ws-boxes.patch"
 build && put ws "$T/build/kestrel-bench" "$T/build/kestrel-tests"
 mutant mut-ws cuda_mla_keys_m_ws_swizzle
 mutant mut-wsw cuda_mla_keys_m_wide_ws_swizzle
@@ -38,7 +38,7 @@ pack s51.tar.xz m ws mut-ws mut-wsw
 if [ -n "${BRANCHES:-}" ]; then
   git -C "$T" add -A && git -C "$T" commit -qm "ws-boxes (tools/prepared/ws-boxes.patch)" && git branch -f ws-boxes "$(git -C "$T" rev-parse HEAD)"
 fi
-git -C "$T" apply "$R/tools/prepared/km-lead2.patch"
+git -C "$T" apply --whitespace=nowarn "$R/tools/prepared/km-lead2.patch"
 build && put lead "$T/build/kestrel-bench" "$T/build/kestrel-tests"
 mutant mut-lead cuda_mla_keys_m_lead_q_release
 mutant mut-leadh cuda_mla_keys_m_lead_handover
