@@ -34,13 +34,15 @@ ab_fp8_fast m $R "decode-B1-ctx32768-H32 decode-B8-ctx8192-H32 decode-B8-ctx3276
     verify8-B128-ctx1024-H128 verify8-B32-ctx1024-H128 verify8-B128-ctx1024-H96 verify4-B128-ctx8192-H32
     decode-B128-ctx8192-H128" .gpu-var/m .gpu-var/ws .gpu-var/lead
 # (after the A/B, so that a call cut short by its limit still has the numbers)
+# (each while the call's time lasts: its logs under $OUT come back even when it is cut short)
+before() { [ $(( $(date +%s) - t0 )) -lt "$1" ] || { echo "skipped $2: out of time"; return 1; }; }
 LEADT='MlaAttentionCuda.WideKeysMWalksPastOneWaveWithItsLead:MlaAttentionCuda.WideKeysMOBoxes*:cuda/*mla_attention*kmw*'
-step mut-lead 100 .gpu-var/mut-lead/kestrel-tests --gtest_filter="$LEADT" --gtest_brief=1
-step mut-leadh 100 .gpu-var/mut-leadh/kestrel-tests --gtest_filter="$LEADT" --gtest_brief=1
-step mut-ws 100 .gpu-var/mut-ws/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMPartialsByTensorCopyForSplits:cuda/*mla_attention*-km*' --gtest_brief=1
-step mut-wsw 100 .gpu-var/mut-wsw/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMPartialsByTensorCopyForSplits:cuda/*mla_attention*-kmw*' --gtest_brief=1
-[ $(( $(date +%s) - t0 )) -lt 470 ] && step memcheck-lead 120 compute-sanitizer --tool memcheck --error-exitcode 3 $P \
+before 480 mut-lead && step mut-lead 100 .gpu-var/mut-lead/kestrel-tests --gtest_filter="$LEADT" --gtest_brief=1
+before 500 mut-ws && step mut-ws 100 .gpu-var/mut-ws/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMPartialsByTensorCopyForSplits:cuda/*mla_attention*-km*' --gtest_brief=1
+before 480 memcheck-lead && step memcheck-lead 120 compute-sanitizer --tool memcheck --error-exitcode 3 $P \
   --gtest_filter='MlaAttentionCuda.WideKeysMWalksPastOneWaveWithItsLead:MlaAttentionCuda.KeysMPartialsByTensorCopyForSplits' --gtest_brief=1
+before 520 mut-leadh && step mut-leadh 80 .gpu-var/mut-leadh/kestrel-tests --gtest_filter="$LEADT" --gtest_brief=1
+before 540 mut-wsw && step mut-wsw 60 .gpu-var/mut-wsw/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMPartialsByTensorCopyForSplits:cuda/*mla_attention*-kmw*' --gtest_brief=1
 grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/unit*.log "$OUT"/z/matrix-*.log "$OUT"/z/memcheck*.log 2>/dev/null | cut -c1-160 | head -10
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
