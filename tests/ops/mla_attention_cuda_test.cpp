@@ -755,6 +755,62 @@ TEST_F(MlaAttentionCuda, KeysMBalancedSplitsAreTaken) {
                             "balanced splits against one");
 }
 
+// v3 with splits (both fast forms) stages a row tile's f32 partial as 16 boxes in the stages and
+// sends a whole row tile's by tensor copy, a partial one's rows by the threads: ragged batches (H 16
+// verify of 1-4 queries and H 32 verify of 1-4: whole 32- and 64-row tiles and partial ones; H 32
+// decode: whole 32-row tiles, half 64-row ones), 2 and 5 splits forced, against one split (no partials) within
+// the fast precision's rounding. Each call runs first on other values of the same shape, so that a
+// partial row left unwritten would show that call's stale workspace (scratch_alloc hands the same
+// block back).
+TEST_F(MlaAttentionCuda, KeysMPartialsByTensorCopyForSplits) {
+  struct Batch {
+    int64_t H;
+    std::vector<int32_t> q_lens, lens;
+  };
+  struct Form {
+    MlaAttentionKernel kernel;
+    const char* name;
+  };
+  for (const Form form : {Form{MlaAttentionKernel::wgmma_keys_m, "e4m3 QK> + q by tensor copy + partials by tensor copy"},
+                          Form{MlaAttentionKernel::wgmma_keys_m_wide, "64 rows> + q by tensor copy + partials by tensor copy"}})
+  for (const Batch& batch : {Batch{16, {1, 2, 3, 4, 2, 1, 4}, {1500, 3000, 700, 5000, 2100, 64, 4100}},
+                             Batch{32, {2, 4, 1, 3}, {2500, 4100, 900, 3333}},
+                             Batch{32, {1, 1, 1, 1, 1}, {3000, 4999, 1024, 200, 6000}}}) {
+    std::vector<int32_t> q_start = {0};
+    for (int32_t n : batch.q_lens) q_start.push_back(q_start.back() + n);
+    const int64_t Tq = q_start.back(), H = batch.H;
+    const auto problem = [&](uint64_t seed) {
+      Problem p = make(64, DType::fp8_e4m3, batch.lens, seed, H);
+      std::vector<uint8_t> q8(static_cast<size_t>(Tq * H * kMlaRow));
+      std::mt19937_64 rng(seed + 1);
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      for (auto& x : q8) x = f32_to_fp8_e4m3(u(rng));
+      p.q_start = q_start;
+      p.starts = upload(q_start, {p.B() + 1}, DType::i32, Device::cuda);
+      p.q = upload(q8, {Tq, H, kMlaRow}, DType::fp8_e4m3, Device::cuda);
+      poison_outputs(p);
+      return p;
+    };
+    const auto run_split = [&](Problem& p, int32_t splits) {
+      return run(p, form.kernel, MlaAttentionPrecision::fast, MlaAttentionCombine::automatic, MlaAttentionSchedule::automatic, splits);
+    };
+    Problem one = problem(5101 + static_cast<uint64_t>(H));
+    EXPECT_FALSE(launched(run_split(one, 1), "partials")) << "one split writes o itself";
+    const std::vector<uint16_t> o_one = testing_util::download<uint16_t>(one.o);
+    const std::vector<float> lse_one = testing_util::download<float>(one.lse);
+    for (int32_t splits : {2, 5}) {
+      const std::string what = str(form.name, ", H ", H, ", ", Tq, " tokens, ", splits, " splits");
+      Problem stale = problem(6101 + static_cast<uint64_t>(splits));
+      run_split(stale, splits);
+      Problem p = problem(5101 + static_cast<uint64_t>(H));
+      const auto log = run_split(p, splits);
+      EXPECT_TRUE(launched(log, form.name)) << what;
+      EXPECT_TRUE(launched(log, "combine")) << what;
+      expect_fast_outputs_agree(testing_util::download<uint16_t>(p.o), testing_util::download<float>(p.lse), o_one, lse_one, what);
+    }
+  }
+}
+
 // A sequence of one 64-key tile leaves v3's second consumer warpgroup without keys (its maximum
 // -inf, its sum 0); the merge of the two halves must give that half the factor 0. Scores here
 // all lie near -150 in log2 units (q all 1, every key's rope part -16: 64 x -16 against +-20 from

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <random>
 #include <string>
@@ -467,6 +468,85 @@ TEST(MlaAttentionKeysMLayout, WideOBoxStoresAreTheSwizzledUnits) {
       ++seen[at / 16];
     }
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "16-byte unit " << i;
+}
+
+// One store of the staged partials: where the kernel's offsets put it, where the box's 128-byte
+// swizzle (sm90::sw128_offset, the hardware's pattern for a 1024-aligned box of 128-byte rows)
+// puts the unit it holds, and where the unpermuted order (unit = step) would put it.
+struct StagedStore {
+  uint32_t at, want, unpermuted;
+};
+// The checks both staged-partials tests make over the stores of each quarter warp's instructions
+// (8 each): every store where the swizzle puts its unit, the staging's `units` 16-byte units
+// covered exactly once, each instruction's stores in 8 distinct 16-byte bank groups (one
+// wavefront), and the unpermuted order's 2-way conflict (so that the test can tell).
+void expect_staged_partials(const std::vector<std::array<StagedStore, 8>>& instructions, size_t units) {
+  std::vector<int> seen(units, 0);
+  int worst = 0, worst_unpermuted = 0;
+  for (const auto& ins : instructions) {
+    int groups[8] = {}, groups_unpermuted[8] = {};
+    for (const StagedStore& st : ins) {
+      ASSERT_EQ(st.at, st.want);
+      ASSERT_LT(st.at / 16, units);
+      ++seen[st.at / 16];
+      ++groups[(st.at / 16) % 8];
+      ++groups_unpermuted[(st.unpermuted / 16) % 8];
+    }
+    for (int x : groups) worst = std::max(worst, x);
+    for (int x : groups_unpermuted) worst_unpermuted = std::max(worst_unpermuted, x);
+  }
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "16-byte unit " << i;
+  EXPECT_EQ(worst, 1) << "each quarter warp's stores in 8 bank groups";
+  EXPECT_EQ(worst_unpermuted, 2) << "the unpermuted order's 2-way conflict (the test can tell)";
+}
+
+// v3's 32-row split partials staged as boxes: each writer's store (slot k, step s) lands where the
+// 128-byte swizzle puts its unit (box u / 2 of 32 rows x 32 f32: unit 4 (u % 2) + i of row n_k,
+// i = partial_unit_at_step), the writers (warps 2 c, 2 c + 1 of warpgroup c, features 256 c ..)
+// cover the 16 boxes exactly once, and each quarter warp's stores are one wavefront.
+TEST(MlaAttentionKeysMLayout, StagedPartialsAreTheSwizzledUnitsWithoutBankConflicts) {
+  const auto swizzled = [](int u, int n, int i) {  // a box row is 128 bytes: unit j at bf16 column 8 j
+    return static_cast<uint32_t>((u / 2) * km::kPartialBoxBytes) + sm::sw128_offset(32, n, 8 * (4 * (u % 2) + i));
+  };
+  std::vector<std::array<StagedStore, 8>> instructions;
+  for (int c = 0; c < 2; ++c)
+    for (int k = 0; k < 8; ++k)
+      for (int s = 0; s < 4; ++s)
+        for (int qw = 0; qw < 8; ++qw) {  // the quarter warps of the two writer warps
+          const int w = 2 * c + qw / 4;
+          std::array<StagedStore, 8> ins{};
+          for (int l = 0; l < 8; ++l) {
+            const int t = 32 * w + 8 * (qw % 4) + l, g = (t % 32) / 4, q4 = t % 4;
+            const int u = km::pv_unit(w, g, true), n = 8 * (k / 2) + 2 * q4 + k % 2;
+            ASSERT_EQ(u / 16, c) << "warpgroup c writes features 256 c ..";
+            ins[static_cast<size_t>(l)] = {km::partial_store_offset(km::partial_box_base(t, k % 2), k, s),
+                                           swizzled(u, n, km::partial_unit_at_step(g, s)), swizzled(u, n, s)};
+          }
+          instructions.push_back(ins);
+        }
+  expect_staged_partials(instructions, km::kPartialBoxes * km::kPartialBoxBytes / 16);
+}
+
+// The wide form's staged partials (warpgroup c's 8 boxes of 64 rows x 32 f32): the same for the 128
+// threads' 16 slots x 2 steps (units 2 (u % 4) + i of row n_k in box u / 4).
+TEST(MlaAttentionKeysMLayout, WideStagedPartialsAreTheSwizzledUnitsWithoutBankConflicts) {
+  const auto swizzled = [](int u, int n, int i) {
+    return static_cast<uint32_t>((u / 4) * km::kWidePartialBoxBytes) + sm::sw128_offset(64, n, 8 * (2 * (u % 4) + i));
+  };
+  std::vector<std::array<StagedStore, 8>> instructions;
+  for (int k = 0; k < 16; ++k)
+    for (int s = 0; s < 2; ++s)
+      for (int qw = 0; qw < 16; ++qw) {  // the warpgroup's quarter warps
+        std::array<StagedStore, 8> ins{};
+        for (int l = 0; l < 8; ++l) {
+          const int t = 8 * qw + l, g = (t % 32) / 4, q4 = t % 4;
+          const int u = km::pv_wide_unit(t / 32, g), n = 8 * (k / 2) + 2 * q4 + k % 2;
+          ins[static_cast<size_t>(l)] = {km::partial_store_offset(km::wide_partial_box_base(t, k % 2), k, s),
+                                         swizzled(u, n, km::partial_unit_at_step(g, s)), swizzled(u, n, s)};
+        }
+        instructions.push_back(ins);
+      }
+  expect_staged_partials(instructions, 8 * km::kWidePartialBoxBytes / 16);
 }
 
 // The products and P^T in the fast layout's key order, PV units and features (its PV and mask):

@@ -23,6 +23,10 @@
 // With its o boxes (staged in the stages at each row tile's end) the wide form runs the row-tile
 // and ack barriers too: the model checks that no copy lands and no producer writes there while o
 // is staged (a planted bug without the barrier).
+// The 32-row form's split partials staged as boxes (stage_partials) lie past the exchange, in
+// stages 1-3: its writer warps stage them after the second merge barrier and their copier waits
+// for the copies' reads before the row-tile barrier; the model checks that no copy lands and no
+// producer writes there meanwhile (a planted bug stages them after the barrier).
 // The bf16-cache kernel (src/ops/cuda/mla_attention_keys_m_bf16.cu) runs the wide protocol with
 // two stages (its 32 rows split 16 / 16 in QK change no barrier): the same model with 2 stages.
 // The planned 64-row bf16 kernel: two stages and one P^T buffer, made safe by a vote over all 8
@@ -64,6 +68,7 @@ enum Bug {
   kNoRowTileAck = 8,    // the consumers arrive at the next row-tile boundary without the producers' ack
   kOneBufferWgVote = 9, // one P^T buffer with the vote per warpgroup (the other's PV may still read it)
   kWideBoxesNoRowTileSync = 10,  // wide o boxes: the producers fill the next row tile's stages without the row-tile barrier
+  kPartialsAfterRowTile = 11,  // the 32-row form's staged partials written after the writers arrived at the row-tile barrier
 };
 
 struct Sim {
@@ -80,6 +85,9 @@ struct Sim {
   // stages (stages 0 and 1, as the merge exchange) and copied out, and the producers wait at the
   // row-tile barrier, as the 32-row form's, before they fill the next row tile's stages.
   bool wide_boxes = false;
+  // The 32-row form's split partials staged past the exchange (stages 1-3) by its writer warps.
+  bool staged_partials = false;
+  int partial_users = 0;
   // A consumer warpgroup held up at every step of every tile (-1: none). The races between the
   // warpgroups need one to lag the other; random short pauses give that only by luck, and on a
   // loaded machine (the full matrix in 12 shards beside it) thirty seeds once all missed it.
@@ -206,6 +214,8 @@ void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, b
       if (st < 2 && s.exchange_users != 0)
         s.fail_locked("producer warp " + std::to_string(pw) + " writes stage " + std::to_string(st) +
                       " during the merge exchange");
+      if (st >= 1 && s.partial_users != 0)
+        s.fail_locked("producer warp " + std::to_string(pw) + " writes stage " + std::to_string(st) + " while partials are staged");
       if (copied < 16) s.piece[st][pw] = ti;  // the generic fill (a quarter with no copy: all of it)
       s.full[st].tx += copied * 576;
       --s.full[st].pending;
@@ -326,10 +336,26 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, ui
       std::lock_guard<std::mutex> g(s.mu);
       --s.exchange_users;
     }
+    const bool writer = wi / 2 == c;
+    // The writers' staged partials (stages 1-3), copied out and their reads waited for.
+    const auto stage_partials = [&] {
+      {
+        std::lock_guard<std::mutex> g(s.mu);
+        for (int st = 1; st < s.stages; ++st)
+          if (s.copies_pending[st] != 0 || s.stage_readers[st] != 0)
+            s.fail_locked("partials staged in stage " + std::to_string(st) + " under a copy or a reader");
+        ++s.partial_users;
+      }
+      s.pause(rng);
+      std::lock_guard<std::mutex> g(s.mu);
+      --s.partial_users;
+    };
+    if (s.staged_partials && writer && bug != kPartialsAfterRowTile) stage_partials();
     if (k + 1 < ntiles_of.size()) {
       if (k > 0 && bug != kNoRowTileAck) s.named(kBarRowTileAck, kConsumers + kProducers, false, true, w);
       s.named(kBarRowTile, kConsumers + kProducers, false, false, w);  // bar.arrive
     }
+    if (s.staged_partials && writer && bug == kPartialsAfterRowTile) stage_partials();
   }
 }
 
@@ -428,8 +454,10 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
 }
 
 std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false,
-                      int stages = kMaxStages, bool one_pt_buffer = false, int slow_wg = -1, bool wide_boxes = false) {
+                      int stages = kMaxStages, bool one_pt_buffer = false, int slow_wg = -1, bool wide_boxes = false,
+                      bool staged_partials = false) {
   Sim s;
+  s.staged_partials = staged_partials;
   s.wide_boxes = wide_boxes;
   s.stages = stages;
   s.one_pt_buffer = one_pt_buffer;
@@ -453,6 +481,7 @@ std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug 
       g.lock();
       if (s.stage_readers[copy.st] != 0) s.fail_locked("a copy lands in stage " + std::to_string(copy.st) + " under its readers");
       if (copy.st < 2 && s.exchange_users != 0) s.fail_locked("a copy lands in the merge exchange");
+      if (copy.st >= 1 && s.partial_users != 0) s.fail_locked("a copy lands in stage " + std::to_string(copy.st) + " over staged partials");
       s.piece[copy.st][copy.pw] = copy.tile;
       --s.copies_pending[copy.st];
       s.full[copy.st].tx -= copy.bytes;
@@ -587,6 +616,25 @@ TEST(MlaAttentionKeysMProtocol, WideBoxesWaitAtTheRowTileBarrier) {
     for (const int slow_wg : {static_cast<int>(seed % 2), -1})
       caught = caught || !run_model(tiles, seed, kWideBoxesNoRowTileSync, true, kMaxStages, false, slow_wg, true).empty();
   EXPECT_TRUE(caught) << "wide boxes without the row-tile barrier";
+}
+
+// The 32-row form's split partials staged past the exchange (ws-boxes): random row-tile lists pass;
+// staged after the writers arrived at the row-tile barrier, the producers fill those stages under
+// them.
+TEST(MlaAttentionKeysMProtocol, StagedPartialsBeforeTheRowTileBarrier) {
+  std::mt19937_64 rng(27);
+  for (int iter = 0; iter < 30; ++iter) {
+    std::vector<int> ntiles(1 + rng() % 4);
+    for (int& n : ntiles) n = static_cast<int>(rng() % 10);
+    std::string list;
+    for (int n : ntiles) list += std::to_string(n) + " ";
+    ASSERT_EQ(run_model(ntiles, rng(), kNone, false, kMaxStages, false, -1, false, true), "") << "row tiles [" << list << "]";
+  }
+  const std::vector<int> tiles = {7, 0, 9, 5, 8};
+  bool caught = false;
+  for (uint64_t seed = 10; seed < 40 && !caught; ++seed)
+    caught = !run_model(tiles, seed, kPartialsAfterRowTile, false, kMaxStages, false, -1, false, true).empty();
+  EXPECT_TRUE(caught) << "partials staged after the row-tile barrier";
 }
 
 }  // namespace

@@ -228,6 +228,18 @@ bool encode_mla_q8_map(const MlaAttentionParams& p, CUtensorMap* map);
 // refuses the map.
 bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map);
 
+// A tensor map over the splits' f32 partials ws_o as [splits x Tq x H][512] rows, boxes of 32
+// columns x box_rows rows, 128-byte swizzle (v3's split partials staged as 16 boxes a row tile of
+// 32 or 64 rows); false when ws_o is unset or misaligned, its rows exceed an int, or the driver
+// refuses the map.
+bool encode_mla_ws_o_map(const MlaAttentionParams& p, int box_rows, CUtensorMap* map);
+
+// Query row r of sequence s in split `split`'s workspace partials: ws_o's row (512 f32) and ws_lse's
+// element.
+__device__ __forceinline__ int64_t mla_ws_row(const MlaAttentionParams& p, const MlaSeqPlan& s, int split, int r) {
+  return static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+}
+
 // The element offsets of query row r of sequence s in the outputs: o's row (bf16) and lse's
 // element when the call has one split, else the split's partial row in ws_o (f32, 512 values) and
 // its ws_lse element. The keys-as-M epilogues form them once per row (one lane each) and share
@@ -239,7 +251,7 @@ struct MlaRowOffsets {
 };
 __device__ __forceinline__ MlaRowOffsets mla_row_offsets(const MlaAttentionParams& p, const MlaSeqPlan& s, int split, int r) {
   if (!s.direct) {
-    const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+    const int64_t grow = mla_ws_row(p, s, split, r);
     return {grow * kMlaNope, grow};
   }
   const int tok = r / p.H, head = r - tok * p.H;

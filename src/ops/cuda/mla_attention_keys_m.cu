@@ -80,6 +80,12 @@
 // first KV tile), else through the consumers' registers (load_q). Forty-sixth session (H100, the
 // CTA timeline, docs/perf.md): at B 128 1k the o stores took 6.2 us and Q 3.1 us of a 38 us row
 // tile; with both, 2.8 and 1.9.
+// A call with splits (either fast form) writes a row tile's f32 partial the same way
+// (kOutPartialBoxes: stage_partials / _wide, 16 boxes of 32 f32 x 32 or 64 rows in the stages, by
+// tensor copy into ws_o; a partial row tile's rows copied out of the staging), where each writer
+// thread issued 32 scattered 16-byte stores at the CTA's end (the forty-ninth session's probe
+// without any: 1.19x at decode B8 8k H 32). Staged in the fast layout's unit order, a quarter warp's two g stored into the same 4
+// bank groups; odd g store their units in the other order (km::partial_unit_at_step).
 //
 // Measured (H200, docs/perf.md): decode B128 8k H32, fast, 161 us (89% of copy; v2 349), B128
 // 32k 598 us (96%), nineteenth session; wide, twentieth session: H128 decode B128 8k 469 us (76%
@@ -96,7 +102,8 @@
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
 //   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4], Q's:
 //   215,384 bytes, 216,408 with the alignment slack. (The wide form's o boxes: the first 64 KB of
-//   the stages, once the row tile has consumed every tile; see the protocol for a walking CTA.)
+//   the stages, once the row tile has consumed every tile, its partial boxes the first 128 KB; the
+//   32-row form's partial boxes the 64 KB past the exchange; see the protocol for a walking CTA.)
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
 //   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
@@ -129,7 +136,10 @@
 // 128) after warpgroup c staged its boxes (fence.proxy.async first); its thread 0 then copies them
 // and waits for their reads; where the CTA walks on to another row tile (a sequence with more rows
 // than the grid plans), the row tile and ack barriers as in the 32-row form, so that the producers
-// fill the stages only after the staged o left them.
+// fill the stages only after the staged o left them. The wide form's partial boxes: the same, the
+// whole 128 KB of staging. The 32-row form's: (11 + c, 64) after warpgroup c's two writer warps
+// staged their 8 boxes (past the exchange, which the other warpgroup's writers may still read);
+// the first writer copies them and waits for their reads before the row tile barrier.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -217,6 +227,15 @@ constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 
 // consumed every tile; the producers fill the next row tile's only past the row tile barrier).
 constexpr uint32_t kOHalfBytes = kWide * (kDv / 2) * 2;  // 32,768
 static_assert(kOffStages % 1024 == 0 && 2 * kOHalfBytes <= kStages * kStageBytes, "o's boxes in the stages, 1024-aligned");
+// The split partials by tensor copy (kOutPartialBoxes, stage_partials): the 32-row form's whole row
+// tile (f32) as km::kPartialBoxes boxes in the stages past the merge exchange (the writers stage
+// while the other warpgroup's writers may still read their half of the exchange); the wide form's
+// as 16 boxes of 64 rows, warpgroup c's 8 in the c-th 64 KB of the stages (no exchange). Free for
+// the same reason as o's boxes.
+constexpr uint32_t kOffPartials = kOffStages + kExchangeBytes;
+static_assert(kOffPartials % 1024 == 0 && kExchangeBytes + km::kPartialBoxes * km::kPartialBoxBytes <= kStages * kStageBytes,
+              "the staged partials in the stages, past the exchange, 1024-aligned");
+static_assert(2 * 8 * km::kWidePartialBoxBytes <= kStages * kStageBytes, "the wide form's staged partials in the stages");
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
 static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216408 && kSmemBytes <= 232448,
@@ -227,7 +246,10 @@ static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes)
               "the fast layout's 4 blocks of 16 rows (one per producer warp) fit a stage, 16-byte aligned");
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
-constexpr int kBarO = 11;  // + c: warpgroup c's o boxes staged (the wide form's o by tensor copy)
+// How a CTA's output leaves (the kernel's kOut): row by row; the wide form's o (one split) as boxes
+// by tensor copy from the stages; either form's split partials likewise (stage_partials).
+constexpr int kOutRows = 0, kOutOBoxes = 1, kOutPartialBoxes = 2;
+constexpr int kBarO = 11;  // + c: warpgroup c's o boxes (the wide form) or its writers' partial boxes (32 rows) staged
 
 // The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): row tiles of
 // kRows (32, or 64 in the wide instantiation), 64-key tiles.
@@ -555,7 +577,7 @@ __device__ __forceinline__ void store_row(const MlaAttentionParams& p, const Seq
     }
     if (lse_writer) store_lse(p, s, r, lse2);
   } else {
-    const int64_t grow = static_cast<int64_t>(split) * p.Tq * p.H + static_cast<int64_t>(s.qb) * p.H + r;
+    const int64_t grow = mla_ws_row(p, s, split, r);
     float4* dst = reinterpret_cast<float4*>(p.ws_o + grow * kDv + f0);
 #pragma unroll
     for (int e = 0; e < kV / 4; ++e) dst[e] = make_float4(v[4 * e], v[4 * e + 1], v[4 * e + 2], v[4 * e + 3]);
@@ -645,9 +667,106 @@ __device__ __forceinline__ void store_pt(const float (&sc)[16], const float (&m)
 // warpgroup without tiles beside one whose scores all lie below -128 in log2 units.)
 __device__ __forceinline__ float merge_factor(float m, float m_ref) { return m == -INFINITY ? 0.0f : exp2f(m - m_ref); }
 
-template <bool kSplitP, bool kFp8Qk>
+// The 32-row form's split partial of a row tile through the stages (kBoxes): writer thread t of
+// warpgroup c (warps 2 c, 2 c + 1: features 256 c ..) stages its 16 features of its 8 columns
+// (v_of(k, v): slot k's values, scaled) in the boxes past the exchange (km::partial_box_base /
+// partial_store_offset: odd g store unit i ^ 1 at step i, so that each quarter warp's 16-byte
+// stores are one wavefront), then the warpgroup's first writer copies its 8 boxes to the split's
+// rows of ws_o (ws_map: [splits x Tq x H][512] f32) and waits for their reads; a partial row
+// tile's rows go out of the staging by the writers (one path for both: with the rows' stores
+// beside the boxes the instantiation spilled 84 bytes with 252 of reloads, now 76 / 88). Each writer thread
+// issued 32 scattered 16-byte stores to global memory at the CTA's end (the forty-ninth session's
+// probe without them: up to 1.19x at decode B8 8k H 32).
+template <typename ValuesOf>
+__device__ __forceinline__ void stage_partials(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
+                                               uint32_t base, uint8_t* base_ptr, const CUtensorMap* ws_map, int c, int t,
+                                               ValuesOf v_of) {
+  const int w = t / 32, g = (t % 32) / 4;
+  const bool odd_g = (g & 1) != 0;
+  uint8_t* const staged = base_ptr + kOffPartials;
+  const uint32_t even = km::partial_box_base(t, 0), odd = km::partial_box_base(t, 1);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    float v[16];  // features f0 + e
+    v_of(k, v);
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      const int i = step, j = step ^ 1;  // the unit of even g and of odd g (km::partial_unit_at_step)
+      const float4 x = odd_g ? make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3])
+                             : make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+      *reinterpret_cast<float4*>(staged + km::partial_store_offset(k % 2 ? odd : even, k, step)) = x;
+    }
+  }
+  fence_proxy_async();  // the staged boxes (generic stores) before the tensor copies (async proxy) read them
+  named_bar_sync(kBarO + c, 64);
+  constexpr int kMine = km::kPartialBoxes / 2;
+  const int row0 = static_cast<int>(mla_ws_row(p, s, split, tp.r0));  // (< 2^31: encode_mla_ws_o_map)
+  if (tp.rows_here == kN) {
+    if (w == 2 * c && t % 32 == 0) {
+#pragma unroll
+      for (int bx = kMine * c; bx < kMine * (c + 1); ++bx)
+        sm90::tma_store_2d(ws_map, base + kOffPartials + bx * km::kPartialBoxBytes, km::kPartialBoxCols * bx, row0);
+      sm90::bulk_commit_group();
+      sm90::bulk_wait_group_read0();  // read before the stages are refilled or the CTA's shared memory goes
+    }
+  } else {  // a partial row tile: its rows out of the staging, 16 bytes a thread at a time (the rest is the next sequence's)
+    for (int i = t - 64 * c; i < tp.rows_here * kMine * 8; i += 64) {
+      const int n = i / (kMine * 8), bx = kMine * c + (i / 8) % kMine, u = i % 8;
+      *reinterpret_cast<float4*>(p.ws_o + static_cast<int64_t>(row0 + n) * kDv + km::kPartialBoxCols * bx + 4 * u) =
+          *reinterpret_cast<const float4*>(staged + bx * km::kPartialBoxBytes + n * 128 + ((u ^ (n % 8)) * 16));
+    }
+  }
+}
+
+// The wide form's split partial of a 64-row tile through the stages: every thread of warpgroup c
+// stages its 8 features of its 16 columns (v_of(k, v)) in the warpgroup's 8 boxes
+// (km::wide_partial_box_base: 2 steps, odd g a unit apart), then its thread 0 copies them to the
+// split's rows of ws_o (ws_map: boxes of 32 f32 x 64 rows) and waits for their reads; a partial
+// row tile's rows go out of the staging by the warpgroup.
+template <typename ValuesOf>
+__device__ __forceinline__ void stage_partials_wide(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
+                                                    uint32_t base, uint8_t* base_ptr, const CUtensorMap* ws_map, int c, int t,
+                                                    ValuesOf v_of) {
+  const int g = (t % 32) / 4;
+  const bool odd_g = (g & 1) != 0;
+  constexpr uint32_t kHalf = 8 * km::kWidePartialBoxBytes;  // a warpgroup's staging
+  uint8_t* const staged = base_ptr + kOffStages + c * kHalf;
+  const uint32_t even = km::wide_partial_box_base(t, 0), odd = km::wide_partial_box_base(t, 1);
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    float v[8];  // features f0 + e
+    v_of(k, v);
+    // step 0: unit 0 (even g) or 1 (odd g); step 1 the other (km::partial_unit_at_step)
+    const float4 lo = make_float4(v[0], v[1], v[2], v[3]), hi = make_float4(v[4], v[5], v[6], v[7]);
+    *reinterpret_cast<float4*>(staged + km::partial_store_offset(k % 2 ? odd : even, k, 0)) = odd_g ? hi : lo;
+    *reinterpret_cast<float4*>(staged + km::partial_store_offset(k % 2 ? odd : even, k, 1)) = odd_g ? lo : hi;
+  }
+  fence_proxy_async();  // the staged boxes (generic stores) before the tensor copies (async proxy) read them
+  named_bar_sync(kBarO + c, 128);
+  const int row0 = static_cast<int>(mla_ws_row(p, s, split, tp.r0));  // (< 2^31: encode_mla_ws_o_map)
+  if (tp.rows_here == kWide) {
+    if (t == 0) {
+#pragma unroll
+      for (int bx = 0; bx < 8; ++bx)
+        sm90::tma_store_2d(ws_map, base + kOffStages + c * kHalf + bx * km::kWidePartialBoxBytes, km::kPartialBoxCols * (8 * c + bx), row0);
+      sm90::bulk_commit_group();
+      sm90::bulk_wait_group_read0();  // read before the stages are refilled or the CTA's shared memory goes
+    }
+  } else {  // a partial row tile: its rows out of the staging by the warpgroup
+    for (int i = t; i < tp.rows_here * 64; i += 128) {
+      const int n = i / 64, bx = (i / 8) % 8, u = i % 8;
+      *reinterpret_cast<float4*>(p.ws_o + static_cast<int64_t>(row0 + n) * kDv + km::kPartialBoxCols * (8 * c + bx) + 4 * u) =
+          *reinterpret_cast<const float4*>(staged + bx * km::kWidePartialBoxBytes + n * 128 + ((u ^ (n % 8)) * 16));
+    }
+  }
+}
+
+// kBoxes: a split's partial of a whole row tile goes out by tensor copy (stage_partials; the host
+// encoded ws_map), the fast precision only.
+template <bool kSplitP, bool kFp8Qk, bool kBoxes>
 __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
-                                         uint8_t* base_ptr, int c, int t, bool q_tma) {
+                                         uint8_t* base_ptr, int c, int t, bool q_tma, const CUtensorMap* ws_map) {
+  static_assert(!kBoxes || (kFp8Qk && !kSplitP), "the partials' boxes take the fast layout's writers");
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [2][m, l][32]
@@ -744,17 +863,30 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
         for (int i = 0; i < 16; ++i) o[mm][i] = o[mm][i] * f_mine[slot_of_reg(i)] + xch[(16 * mm + i) * 64 + xt];
       const int f0 = 16 * km::pv_unit(w, g, kFp8Qk);  // the thread's 16 features: f0 + 2 mt + (row half)
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const int n = col_of_slot(q4, k);
-        if (n >= tp.rows_here) continue;
+      // Slot k's 16 values (features f0 + e), scaled, and its row's lse2.
+      const auto row_out = [&](int k, float (&v)[16]) {
         const auto [scale, lse2] = mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale);
-        float v[16];  // features f0 + e
 #pragma unroll
         for (int mm = 0; mm < 8; ++mm)
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
-        store_row(p, s, split, tp.r0 + n, f0, v, lse2, c == 0 && w == 0 && g == 0);
+        return lse2;
+      };
+      if (kBoxes) {
+        stage_partials(p, s, tp, split, base, base_ptr, ws_map, c, t, [&](int k, float (&v)[16]) {
+          const float lse2 = row_out(k, v);
+          if (c == 0 && w == 0 && g == 0 && col_of_slot(q4, k) < tp.rows_here)
+            p.ws_lse[mla_ws_row(p, s, split, tp.r0 + col_of_slot(q4, k))] = lse2;
+        });
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const int n = col_of_slot(q4, k);
+          if (n >= tp.rows_here) continue;
+          float v[16];  // features f0 + e
+          const float lse2 = row_out(k, v);
+          store_row(p, s, split, tp.r0 + n, f0, v, lse2, c == 0 && w == 0 && g == 0);
+        }
       }
     }
     if (mt + static_cast<int>(gridDim.x) < s.row_tiles) {
@@ -831,10 +963,12 @@ __device__ __forceinline__ void pv_tile_wide(float (&o)[km::kPvTilesWide][32], u
   // The last group stays in flight, retired by the next QK or the row tile's end (as pv_tile).
 }
 
-// kOBoxes: o goes out through the stages (one split; the host encoded o's tensor map o_map).
-template <bool kOBoxes>
+// kOut: kOutOBoxes, o goes out through the stages (one split; o_map is o's tensor map);
+// kOutPartialBoxes, a split's partial of a whole row tile likewise (o_map over ws_o).
+template <int kOut>
 __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
                                               uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map, bool q_tma) {
+  constexpr bool kOBoxes = kOut == kOutOBoxes;
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [m, l][64]
@@ -960,6 +1094,12 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
           *reinterpret_cast<uint4*>(o_rows + n * p.o_s1 + 8 * u) = *reinterpret_cast<const uint4*>(o_half + sw128_offset(kWide, n, 8 * u));
         }
       }
+    } else if (kOut == kOutPartialBoxes) {
+      stage_partials_wide(p, s, tp, split, base, base_ptr, o_map, c, t, [&](int k, float (&v)[8]) {
+        const float lse2 = row_out(k, v);
+        if (c == 0 && w == 0 && g == 0 && col_of_slot(q4, k) < tp.rows_here)
+          p.ws_lse[mla_ws_row(p, s, split, tp.r0 + col_of_slot(q4, k))] = lse2;
+      });
     } else {
       const bool lse_writer = c == 0 && w == 0 && g == 0;
 #pragma unroll
@@ -971,7 +1111,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
         store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
       }
     }
-    if (kOBoxes && mt + static_cast<int>(gridDim.x) < s.row_tiles) {
+    if (kOut != kOutRows && mt + static_cast<int>(gridDim.x) < s.row_tiles) {
       // The staged o is out of the stages (each copier waited for its reads): the producers may
       // fill them with the next row tile's KV (a ragged batch: a sequence with more rows than the
       // grid plans walks its row tiles). Before this the producers ran ahead into the next row
@@ -985,11 +1125,12 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
   }
 }
 
-template <bool kSplitP, bool kFp8Qk, int kRows, bool kOBoxes>
+// kOut: how the output leaves (kOutRows, kOutOBoxes: the wide form's o, one split; kOutPartialBoxes:
+// either form's split partials); map_o is o's or ws_o's tensor map for the boxes.
+template <bool kSplitP, bool kFp8Qk, int kRows, int kOut>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_o,
                                 const __grid_constant__ CUtensorMap map_q, int q_tma) {
-  static_assert(kRows == kWide || !kOBoxes, "o by tensor copy: the wide instantiation only");
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t raw_addr = smem_u32(smem_raw);
   const uint32_t base = (raw_addr + 1023u) & ~1023u;
@@ -1014,7 +1155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (tid >= kConsumerThreads) {
     sm90::setmaxnreg_dec<kProducerRegs>();
-    producer<kFp8Qk, kRows, kRows == kN || kOBoxes>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32,
+    producer<kFp8Qk, kRows, kRows == kN || kOut != kOutRows>(p, b, s, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32,
                                                     q_tma ? &map_q : nullptr);
   } else {
     sm90::setmaxnreg_inc<kConsumerRegs>();
@@ -1024,30 +1165,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
     if constexpr (kRows == kWide) {
       static_assert(!kSplitP && kFp8Qk, "the wide instantiation runs the fast precision");
-      consumer_wide<kOBoxes>(p, s, split, base, base_ptr, c, tid % 128, &map_o, q_tma != 0);
+      consumer_wide<kOut>(p, s, split, base, base_ptr, c, tid % 128, &map_o, q_tma != 0);
     } else {
-      consumer<kSplitP, kFp8Qk>(p, s, split, base, base_ptr, c, tid % 128, q_tma != 0);
+      static_assert(kOut != kOutOBoxes, "o boxes: the wide form only");
+      consumer<kSplitP, kFp8Qk, kOut == kOutPartialBoxes>(p, s, split, base, base_ptr, c, tid % 128, q_tma != 0, &map_o);
     }
   }
 }
 
-template <bool kSplitP, bool kFp8Qk, int kRows, bool kOBoxes = false>
+template <bool kSplitP, bool kFp8Qk, int kRows, int kOut = kOutRows>
 void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, const CUtensorMap& map_q, bool q_tma, cudaStream_t s) {
   static const char tag = 0;  // one per instantiation
   once_per_device(&tag, [] {
-    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOBoxes>,
+    KESTREL_CUDA_CHECK(cudaFuncSetAttribute(mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOut>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmemBytes)));
   });
-  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOBoxes><<<grid, kThreads, kSmemBytes, s>>>(p, map_o, map_q, q_tma ? 1 : 0);
+  mla_attention_keys_m_kernel<kSplitP, kFp8Qk, kRows, kOut><<<grid, kThreads, kSmemBytes, s>>>(p, map_o, map_q, q_tma ? 1 : 0);
   // (o's path in the name, so that tests can tell which ran)
   static const std::string name =
       std::string(kSplitP ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q>"
                   : kRows == kWide ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"
                   : kFp8Qk         ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
                                    : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>") +
-      (kOBoxes ? " + o boxes by tensor copy" : "");
-  static const std::string q_name = name + " + q by tensor copy";
-  KESTREL_LAUNCHED((q_tma ? q_name : name).c_str());
+      (kOut == kOutOBoxes ? " + o boxes by tensor copy" : "");
+  // (the partials' suffix last: names up to "+ q by tensor copy" stay as they were)
+  static const std::string partials = kOut == kOutPartialBoxes ? " + partials by tensor copy" : "";
+  static const std::string names[2] = {name + partials, name + " + q by tensor copy" + partials};
+  KESTREL_LAUNCHED(names[q_tma ? 1 : 0].c_str());
 }
 
 }  // namespace
@@ -1055,6 +1199,8 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // Exact precision: f16 operands for both products, P as hi + lo. Fast: P rounded once to f16 and
 // QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
+// Both fast forms write a whole row tile's split partial by tensor copy (stage_partials, _wide)
+// where the call has splits and the driver encodes ws_o's map.
 // The wide form writes a whole row tile's o by tensor copy when the call has one split
 // (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart (encode_mla_o_map), else row by
 // row.
@@ -1069,9 +1215,13 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
     launch<true, false, kN>(p, grid, map_o, map_q, false, s);
   } else if (wide && mla_attention_keys_m_o_boxes(p.splits) &&
              encode_mla_o_map(p, &map_o)) {
-    launch<false, true, kWide, true>(p, grid, map_o, map_q, q_tma, s);
+    launch<false, true, kWide, kOutOBoxes>(p, grid, map_o, map_q, q_tma, s);
+  } else if (wide && p.splits > 1 && encode_mla_ws_o_map(p, kWide, &map_o)) {
+    launch<false, true, kWide, kOutPartialBoxes>(p, grid, map_o, map_q, q_tma, s);
   } else if (wide) {
     launch<false, true, kWide>(p, grid, map_o, map_q, q_tma, s);
+  } else if (p.splits > 1 && encode_mla_ws_o_map(p, kN, &map_o)) {
+    launch<false, true, kN, kOutPartialBoxes>(p, grid, map_o, map_q, q_tma, s);
   } else {
     launch<false, true, kN>(p, grid, map_o, map_q, q_tma, s);
   }

@@ -196,4 +196,40 @@ KESTREL_KEYS_M_HD uint32_t o_box_base(int t, int odd) {
 }
 KESTREL_KEYS_M_HD uint32_t o_box_store_offset(uint32_t base, int k) { return base + static_cast<uint32_t>(1024 * (k / 2)); }
 
+// ---- the 32-row form's split partials as boxes (kBoxes, fast layout) ----------------------------
+// A split's f32 partial of a whole 32-row tile (32 rows x 512 features, 64 KB) staged as 16 boxes
+// of 32 rows x 32 features (128 bytes a row, the 128-byte swizzle) 4,096 bytes apart: box b holds
+// features 32 b .. 32 b + 31, row n's 16-byte unit j (features 32 b + 4 j ..) at unit j ^ (n % 8).
+// A writer thread (w, g, q4) holds the 16 features 16 u .. 16 u + 15 (u = pv_unit(w, g, true)) of
+// its 8 columns n_k = 8 (k / 2) + 2 q4 + k % 2: its 4 units i of row n_k are units 4 (u % 2) + i
+// of box u / 2. A quarter warp (g = 2 i', 2 i' + 1, q4 = 0 .. 3) stores rows of 4 residues n % 8 of
+// one parity, and its two g hold the same u % 2 (units 4 apart: boxes 8 KB apart), so storing
+// unit i at step i would put its 8 stores in 4 bank groups (a 2-way conflict); odd g store unit
+// i ^ 1 at step i (partial_unit_at_step), which fills the other 4.
+constexpr int kPartialBoxes = 16, kPartialBoxCols = 32, kPartialBoxBytes = 32 * 128;
+KESTREL_KEYS_M_HD int partial_unit_at_step(int g, int step) { return step ^ (g & 1); }
+// The byte offset (from the staging's start) of step 0 of column slots of parity `odd`, row
+// 2 q4 + odd (k < 2); partial_store_offset adds the step (a XOR inside the row's 128 bytes: the
+// swizzled unit is (4 (u % 2) ^ (g % 2) ^ n % 8) ^ step) and the slot's 8 rows (1024 (k / 2)).
+KESTREL_KEYS_M_HD uint32_t partial_box_base(int t, int odd) {
+  const int w = t / 32, g = (t % 32) / 4, q4 = t % 4, u = pv_unit(w, g, true), n8 = 2 * q4 + odd;
+  return static_cast<uint32_t>((u / 2) * kPartialBoxBytes + n8 * 128 + ((4 * (u % 2)) ^ (g & 1) ^ n8) * 16);
+}
+KESTREL_KEYS_M_HD uint32_t partial_store_offset(uint32_t base, int k, int step) {
+  return (base ^ static_cast<uint32_t>(step << 4)) + static_cast<uint32_t>(1024 * (k / 2));
+}
+// The wide form's (64 rows): warpgroup c's 256 features of the 64 rows as 8 boxes of 64 rows x 32
+// f32 (8,192 bytes apart; box 8 c + b of the 16 holds features 32 (8 c + b) ..). Thread (w, g, q4)
+// holds features 8 u .. 8 u + 7 of the warpgroup's (u = pv_wide_unit(w, g)) for its 16 columns:
+// units 2 (u % 4) + i (i = 0, 1) of row n_k in box u / 4. A quarter warp's two g hold units u, u + 1
+// (u even): storing unit i at step i, their rows' units would be 2 (u % 4) ^ i ^ n8 and that ^ 2,
+// the same 4 bank groups; odd g store unit i ^ 1 at step i (partial_unit_at_step) and fill the
+// other 4. The offset from warpgroup c's staging (its 64 KB); partial_store_offset adds the step
+// and the slot's 8 rows.
+constexpr int kWidePartialBoxBytes = 64 * 128;
+KESTREL_KEYS_M_HD uint32_t wide_partial_box_base(int t, int odd) {
+  const int w = t / 32, g = (t % 32) / 4, q4 = t % 4, u = pv_wide_unit(w, g), n8 = 2 * q4 + odd;
+  return static_cast<uint32_t>((u / 4) * kWidePartialBoxBytes + n8 * 128 + ((2 * (u % 4)) ^ (g & 1) ^ n8) * 16);
+}
+
 }  // namespace kestrel::ops::cuda::keys_m

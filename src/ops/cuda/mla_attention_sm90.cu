@@ -1133,6 +1133,13 @@ bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map) {
   return encode_bf16_row_boxes(p.o, kDv, p.Tq * p.H, p.o_s1, CU_TENSOR_MAP_L2_PROMOTION_NONE, map);
 }
 
+bool encode_mla_ws_o_map(const MlaAttentionParams& p, int box_rows, CUtensorMap* map) {
+  // The workspace's rows: 2,048 bytes apart, its base from scratch_alloc (16-byte aligned at least).
+  const int64_t rows = static_cast<int64_t>(p.splits) * p.Tq * p.H;
+  if (p.ws_o == nullptr || reinterpret_cast<uintptr_t>(p.ws_o) % 16 != 0 || rows > INT32_MAX) return false;
+  return encode_row_boxes(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, p.ws_o, kDv, rows, kDv, 32, box_rows, CU_TENSOR_MAP_L2_PROMOTION_NONE, map);
+}
+
 namespace {
 
 // The kernel's name in the launch log (tests read it to prove the path taken): the cache and

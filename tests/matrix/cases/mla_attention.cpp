@@ -463,6 +463,11 @@ void add_mla_attention_cases(Registry& r, Size size) {
   add_case(r, ci[3], bf16, Variant::plain, ++plan_seed, bf16, seesaw64, fastp, auto_schedule, 3);
   add_case(r, ci[3], bf16, Variant::plain, ++plan_seed, bf16, ops::MlaAttentionKernel::wgmma, ops::MlaAttentionPrecision::exact,
            auto_schedule, 5);
+  // v3's split partials staged as boxes: whole 32-row tiles by tensor copy, partial ones copied out
+  // of the staging: the H 1 decode (every row tile partial, the plan's splits) and the H 32 extend
+  // over 16 whole row tiles with 4 splits (most of them empty: 40 keys). Seeded last.
+  add_case(r, ci[1], fp8, Variant::plain, ++plan_seed, fp8, keys_m, fastp);
+  add_case(r, ci[5], fp8, Variant::strided, ++plan_seed, fp8, keys_m, fastp, auto_schedule, 4);
 }
 
 }  // namespace kestrel::matrix
