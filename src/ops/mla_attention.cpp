@@ -146,6 +146,11 @@ int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv
                                        kMlaAttentionKeysMCtaCostKeys, /*walks=*/false);
 }
 
+int64_t mla_attention_keys_m_walkers(int64_t batch, int64_t row_tiles, int64_t splits, int64_t num_sms) {
+  if (splits != 1 || batch < 1 || row_tiles < 1 || batch * row_tiles <= num_sms) return 0;
+  return std::min(batch, std::max<int64_t>(1, num_sms / row_tiles));
+}
+
 MlaFlatPlan mla_attention_seesaw64_flat_plan(int64_t batch, int64_t row_tiles, int64_t kv_len, int64_t num_sms) {
   MlaFlatPlan f;
   if (batch < 1 || row_tiles < 1 || kv_len < 1) return f;

@@ -218,6 +218,17 @@ TEST(MlaAttentionRule, Seesaw64SplitsBalanceTheWaves) {
   EXPECT_EQ(mla_attention_seesaw64_splits(8, 2, 8192, 132, 8), 8);
 }
 
+// v3 wide's walk with the lead (pure): one split past one wave, floor(SMs / row tiles) CTAs a row
+// tile (at least one, at most the batch); none with splits (partials, no o boxes) or within a wave.
+TEST(MlaAttentionRule, KeysMWideWalksPastOneWave) {
+  EXPECT_EQ(mla_attention_keys_m_walkers(128, 2, 1, 132), 66);  // decode B128 H 128, verify 4 B128 H 32: 256 row tiles
+  EXPECT_EQ(mla_attention_keys_m_walkers(140, 1, 1, 132), 132);
+  EXPECT_EQ(mla_attention_keys_m_walkers(66, 2, 1, 132), 0);    // 132 row tiles: one wave
+  EXPECT_EQ(mla_attention_keys_m_walkers(128, 2, 2, 132), 0);   // splits
+  EXPECT_EQ(mla_attention_keys_m_walkers(3, 200, 1, 132), 1);   // more row tiles a sequence than SMs
+  EXPECT_EQ(mla_attention_keys_m_walkers(0, 2, 1, 132), 0);
+}
+
 // v3's split count (pure, docs/ops/mla_attention.md) on 132 SMs: v4's balance with splits of
 // 1024 keys or more and no walk. The H 96 batches whose row tiles leave SMs idle rebalance.
 TEST(MlaAttentionRule, KeysMSplitsBalanceTheWaves) {

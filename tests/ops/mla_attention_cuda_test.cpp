@@ -478,9 +478,11 @@ TEST_F(MlaAttentionCuda, WideKeysMOBoxesOnlyForTokensHRowsApart) {
 }
 
 // v3 wide's o boxes, one split forced, on a ragged fp8 batch (an e4m3 q from `seed`, the cache from
-// seed + 1, H 32): the packed o (boxes), free of NaN and the same bits in `reps` more runs,
-// against o with padded heads (rows), bit for bit.
-void expect_wide_boxes_match_rows(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& lens, uint64_t seed, int reps) {
+// seed + 1, H 32): the packed o (boxes; walking the batch with the lead where `walks`), free of NaN
+// and the same bits in `reps` more runs, against o with padded heads (rows, no walk), bit for bit,
+// o and lse.
+void expect_wide_boxes_match_rows(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& lens, uint64_t seed, int reps,
+                                  bool walks = false) {
   constexpr int64_t H = 32;
   std::vector<int32_t> q_start = {0};
   for (int32_t n : q_lens) q_start.push_back(q_start.back() + n);
@@ -502,13 +504,17 @@ void expect_wide_boxes_match_rows(const std::vector<int32_t>& q_lens, const std:
                MlaAttentionSchedule::automatic, 1);
   };
   Problem packed = problem();
-  EXPECT_TRUE(launched(run_one_split(packed), "64 rows> + o boxes by tensor copy"));
+  const auto packed_log = run_one_split(packed);
+  EXPECT_TRUE(launched(packed_log, "64 rows> + o boxes by tensor copy"));
+  EXPECT_EQ(launched(packed_log, "walking the batch"), walks);
   const std::vector<uint16_t> want = testing_util::download<uint16_t>(packed.o);
+  const std::vector<float> want_lse = testing_util::download<float>(packed.lse);
   for (size_t i = 0; i < want.size(); ++i) ASSERT_LE(want[i] & 0x7fffu, 0x7f80u) << "o[" << i << "] NaN";
   for (int rep = 0; rep < reps; ++rep) {
     Problem again = problem();
     run_one_split(again);
     ASSERT_EQ(testing_util::download<uint16_t>(again.o), want) << "run " << rep + 2;
+    ASSERT_EQ(testing_util::download<float>(again.lse), want_lse) << "run " << rep + 2;
   }
   Problem p = problem();
   MlaAttentionArgs a = args(p, MlaAttentionKernel::wgmma_keys_m_wide, MlaAttentionPrecision::fast);
@@ -516,6 +522,8 @@ void expect_wide_boxes_match_rows(const std::vector<int32_t>& q_lens, const std:
   const auto rows_log = run_into_padded_o(a, Tq, H, H + 1, kMlaNope, want);
   EXPECT_TRUE(launched(rows_log, "64 rows>"));
   EXPECT_FALSE(launched(rows_log, "+ o boxes by tensor copy"));
+  EXPECT_FALSE(launched(rows_log, "walking"));
+  EXPECT_EQ(testing_util::download<float>(p.lse), want_lse) << "lse as with the packed o";
 }
 
 // Where a CTA walks several row tiles (a ragged verify batch: sequence 0 has 16 queries, more rows
@@ -524,6 +532,24 @@ void expect_wide_boxes_match_rows(const std::vector<int32_t>& q_lens, const std:
 // this guards against, found by the matrix in the forty-seventh session, showed as NaN rows.
 TEST_F(MlaAttentionCuda, WideKeysMOBoxesWhileWalkingRowTiles) {
   expect_wide_boxes_match_rows({16, 2, 3, 1, 2, 4, 2, 2}, {900, 40, 333, 7, 1000, 64, 129, 700}, 4731, 4);
+}
+
+// Past one wave (SMs + 9 sequences of one 64-row tile, 0-2600 keys, some with 2-4 queries: more
+// rows than the grid plans, walked within the sequence too): the wide form walks the batch with
+// its lead (mla_attention_keys_m_walkers: Q and the first two tiles of a row tile loaded under the
+// end of the one before, the boxes in the stages of tiles ti_end + 2 + c), three runs bit for bit
+// against the rows (no walk). Sequences of 0, 1 and 64 keys: row tiles without tiles or with fewer
+// than three (the handover at their end).
+TEST_F(MlaAttentionCuda, WideKeysMWalksPastOneWaveWithItsLead) {
+  const int64_t n = kestrel::ops::cuda::num_sms() + 9;
+  std::vector<int32_t> q_lens(static_cast<size_t>(n)), lens(static_cast<size_t>(n));
+  for (int64_t b = 0; b < n; ++b) {
+    q_lens[static_cast<size_t>(b)] = b % 29 == 3 ? 4 : b % 17 == 5 ? 2 : 1;
+    const int64_t k = (b * 389) % 2601;
+    lens[static_cast<size_t>(b)] = static_cast<int32_t>(b % 13 == 0 ? b % 3 == 0 ? 0 : 1 : b % 11 == 1 ? 64 : std::max<int64_t>(k, 4));
+  }
+  EXPECT_GT(mla_attention_keys_m_walkers(n, 1, 1, kestrel::ops::cuda::num_sms()), 0);
+  expect_wide_boxes_match_rows(q_lens, lens, 5131, 2, true);
 }
 
 // For one split of any length (the 2048-key bound went in the forty-ninth session): up to 7000

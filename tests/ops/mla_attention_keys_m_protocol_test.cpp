@@ -27,6 +27,12 @@
 // stages 1-3: its writer warps stage them after the second merge barrier and their copier waits
 // for the copies' reads before the row-tile barrier; the model checks that no copy lands and no
 // producer writes there meanwhile (a planted bug stages them after the barrier).
+// With the lead (a CTA that walks the batch, producer_lead) there is no row-tile barrier: row tile
+// k's boxes lie in the stages of tiles ti_end + 2 + c, handed over to the producers (an mbarrier,
+// acknowledged), and Q is reloaded once every consumer warp's last QK released it. Checked: no
+// copy lands and no producer writes where boxes are staged, no Q is loaded while a warp may still
+// read the one before (every QK reads its own row tile's Q), and no handover completes twice
+// before every producer warp waited for the one before (four planted bugs).
 // The bf16-cache kernel (src/ops/cuda/mla_attention_keys_m_bf16.cu) runs the wide protocol with
 // two stages (its 32 rows split 16 / 16 in QK change no barrier): the same model with 2 stages.
 // The planned 64-row bf16 kernel: two stages and one P^T buffer, made safe by a vote over all 8
@@ -69,6 +75,10 @@ enum Bug {
   kOneBufferWgVote = 9, // one P^T buffer with the vote per warpgroup (the other's PV may still read it)
   kWideBoxesNoRowTileSync = 10,  // wide o boxes: the producers fill the next row tile's stages without the row-tile barrier
   kPartialsAfterRowTile = 11,  // the 32-row form's staged partials written after the writers arrived at the row-tile barrier
+  kLeadNoHandoverWait = 12,  // the lead: the producers never wait for the boxes' handover
+  kLeadBoxesFirstStages = 13,  // the lead: the boxes in the stages of tiles ti_end + c (the next row tile's first two)
+  kLeadEarlyQRelease = 14,  // the lead: Q released after a row tile's first QK, not its last
+  kLeadNoAck = 15,  // the lead: the consumers hand over without waiting for the producers' acknowledgement
 };
 
 struct Sim {
@@ -88,6 +98,13 @@ struct Sim {
   // The 32-row form's split partials staged past the exchange (stages 1-3) by its writer warps.
   bool staged_partials = false;
   int partial_users = 0;
+  // The lead (wide_boxes too): Q's buffer (the row tile whose Q it holds, its readers), the stages
+  // holding staged boxes (warps staging there), each producer warp's waited handovers.
+  bool lead = false;
+  MBar qfull, qempty, handover, handover_ack;
+  long q_tag = -1;
+  int q_readers = 0, boxed[kMaxStages] = {};
+  unsigned handovers_waited[kProducers] = {};
   // A consumer warpgroup held up at every step of every tile (-1: none). The races between the
   // warpgroups need one to lag the other; random short pauses give that only by luck, and on a
   // loaded machine (the full matrix in 12 shards beside it) thirty seeds once all missed it.
@@ -190,17 +207,40 @@ struct Sim {
 
 void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, bool wide, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  unsigned ti = 0;
-  bool first = true;
+  unsigned ti = 0, q_loads = 0;
+  bool first = true, pending = false;  // (the lead: the row tile before's boxes not yet handed over)
+  const auto wait_handover = [&] {
+    s.long_pause(rng);  // (late at the handover: what a second completion before it needs to show)
+    if (bug != kLeadNoHandoverWait) s.wait(s.handover, s.handovers_waited[pw] & 1);
+    {
+      std::lock_guard<std::mutex> g(s.mu);
+      ++s.handovers_waited[pw];
+    }
+    s.arrive(s.handover_ack);
+    pending = false;
+  };
   for (size_t k = 0; k < ntiles_of.size(); ++k) {
     const int ntiles = ntiles_of[k];
-    if ((!wide || s.wide_boxes) && !first && bug != kNoRowTileSync && bug != kWideBoxesNoRowTileSync) {
+    if ((!wide || s.wide_boxes) && !s.lead && !first && bug != kNoRowTileSync && bug != kWideBoxesNoRowTileSync) {
       s.long_pause(rng);  // (late at the barrier: what a double arrival of the consumers needs to show)
       s.named(kBarRowTile, kConsumers + kProducers, false, true, kConsumers + pw);
       if (k + 1 < ntiles_of.size()) s.named(kBarRowTileAck, kConsumers + kProducers, false, false, kConsumers + pw);
     }
     first = false;
+    if (s.lead && ntiles > 0) {  // Q by tensor copy (warp 0), once the last QK of the row tile before released it
+      if (pw == 0) {
+        if (q_loads > 0) s.wait(s.qempty, (q_loads - 1) & 1);
+        s.pause(rng);
+        std::lock_guard<std::mutex> g(s.mu);
+        if (s.q_readers != 0) s.fail_locked("Q of row tile " + std::to_string(k) + " loaded while " + std::to_string(s.q_readers) + " warps read the one before");
+        s.q_tag = static_cast<long>(k);
+        --s.qfull.pending;
+        s.maybe_complete(s.qfull);
+      }
+      ++q_loads;
+    }
     for (int j = 0; j < ntiles; ++j, ++ti) {
+      if (s.lead && pending && j == 2) wait_handover();
       const int st = static_cast<int>(ti % s.stages);
       s.wait(s.empty[st], ((ti / s.stages) & 1) ^ (bug == kEmptyParity ? 0u : 1u));
       s.pause(rng);
@@ -216,6 +256,9 @@ void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, b
                       " during the merge exchange");
       if (st >= 1 && s.partial_users != 0)
         s.fail_locked("producer warp " + std::to_string(pw) + " writes stage " + std::to_string(st) + " while partials are staged");
+      if (s.boxed[st] != 0)
+        s.fail_locked("producer warp " + std::to_string(pw) + " writes stage " + std::to_string(st) + " for tile " +
+                      std::to_string(ti) + " while o boxes are staged there");
       if (copied < 16) s.piece[st][pw] = ti;  // the generic fill (a quarter with no copy: all of it)
       s.full[st].tx += copied * 576;
       --s.full[st].pending;
@@ -226,6 +269,10 @@ void producer_warp(Sim& s, int pw, const std::vector<int>& ntiles_of, int bug, b
         s.cv.notify_all();
       }
       s.maybe_complete(s.full[st]);
+    }
+    if (s.lead) {  // an item of fewer than three tiles: the handover before the next one's first loads
+      if (pending) wait_handover();
+      pending = true;
     }
   }
 }
@@ -363,11 +410,22 @@ void consumer_warp(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, ui
 void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bug, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const int c = w / 4, wi = w % 4;
-  unsigned ti_run = 0;
+  unsigned ti_run = 0, q_loads = 0, items = 0;
   for (size_t k = 0; k < ntiles_of.size(); ++k) {
     const int ntiles = ntiles_of[k];
     s.named(kBarQ, kConsumers);
-    if (ntiles > 0) s.named(kBarQ, kConsumers);
+    bool reads_q = false;
+    if (ntiles > 0) {
+      if (s.lead) {  // Q of this row tile by tensor copy
+        s.wait(s.qfull, q_loads & 1);
+        ++q_loads;
+        std::lock_guard<std::mutex> g(s.mu);
+        if (s.q_tag != static_cast<long>(k)) s.fail_locked("consumer warp " + std::to_string(w) + " finds the Q of row tile " + std::to_string(s.q_tag) + " at row tile " + std::to_string(k));
+        ++s.q_readers;
+        reads_q = true;
+      }
+      s.named(kBarQ, kConsumers);
+    }
     int pv_buf = -1;  // the buffer this warp's PV in flight reads
     for (int j = 0; j < ntiles; ++j) {
       const unsigned ti = ti_run + static_cast<unsigned>(j);
@@ -375,6 +433,19 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
       s.wait(s.full[st], (ti / s.stages) & 1);
       start_reading(s, w, st, ti);
       s.pause_wg(rng, c);
+      if (s.lead) {  // QK read Q: still this row tile's; after the last QK (the bug: the first) Q is released
+        std::lock_guard<std::mutex> g(s.mu);
+        if (s.q_tag != static_cast<long>(k))
+          s.fail_locked("consumer warp " + std::to_string(w) + "'s QK of row tile " + std::to_string(k) + " reads the Q of row tile " + std::to_string(s.q_tag));
+      }
+      if (s.lead && reads_q && j == (bug == kLeadEarlyQRelease ? 0 : ntiles - 1)) {
+        {
+          std::lock_guard<std::mutex> g(s.mu);
+          --s.q_readers;
+        }
+        reads_q = false;
+        s.arrive(s.qempty);
+      }
       if (pv_buf >= 0) {  // QK's first wait_group 0 retires this warp's PV of the tile before
         std::lock_guard<std::mutex> g(s.mu);
         --s.pv_in_flight_buf[pv_buf];
@@ -433,20 +504,41 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
         s.fail_locked("wide: consumer warp " + std::to_string(w) + " reads m and l of row tiles " + std::to_string(s.ml_tag[0]) +
                       " / " + std::to_string(s.ml_tag[1]));
       ++s.ml_readers;
-      if (s.wide_boxes) {  // o staged in stages 0 and 1 (its warpgroup's 32 KB: modelled as both)
+      if (s.wide_boxes && !s.lead) {  // o staged in stages 0 and 1 (its warpgroup's 32 KB: modelled as both)
         for (int st = 0; st < 2; ++st)
           if (s.copies_pending[st] != 0 || s.stage_readers[st] != 0)
             s.fail_locked("wide: o staged in stage " + std::to_string(st) + " under a copy or a reader");
         ++s.exchange_users;
       }
     }
+    // The lead: this warpgroup's boxes in the stage of tile ti_end + 2 + c (the bug: ti_end + c).
+    const int box_st = static_cast<int>((ti_run + (bug == kLeadBoxesFirstStages ? 0u : 2u) + static_cast<unsigned>(c)) % s.stages);
+    if (s.lead) {
+      std::lock_guard<std::mutex> g(s.mu);
+      if (s.copies_pending[box_st] != 0 || s.stage_readers[box_st] != 0)
+        s.fail_locked("lead: o staged in stage " + std::to_string(box_st) + " under a copy or a reader");
+      ++s.boxed[box_st];
+    }
     s.pause(rng);
     {
       std::lock_guard<std::mutex> g(s.mu);
       --s.ml_readers;
-      if (s.wide_boxes) --s.exchange_users;  // the boxes' copies read (their copier waited)
+      if (s.wide_boxes && !s.lead) --s.exchange_users;  // the boxes' copies read (their copier waited)
     }
-    if (s.wide_boxes && bug != kWideBoxesNoRowTileSync && k + 1 < ntiles_of.size()) {
+    if (s.lead) {  // the staging read: hand it over once the producers acknowledged the handover before
+      if (items > 0 && bug != kLeadNoAck) s.wait(s.handover_ack, (items - 1) & 1);
+      ++items;
+      std::lock_guard<std::mutex> g(s.mu);
+      --s.boxed[box_st];
+      --s.handover.pending;
+      const unsigned before = s.handover.phase;
+      s.maybe_complete(s.handover);
+      if (s.handover.phase != before)
+        for (int pw = 0; pw < kProducers; ++pw)
+          if (s.handovers_waited[pw] + 1 < s.handover.phase)
+            s.fail_locked("lead: handover " + std::to_string(s.handover.phase - 1) + " completes before producer warp " + std::to_string(pw) + " waited for the one before");
+    }
+    if (s.wide_boxes && !s.lead && bug != kWideBoxesNoRowTileSync && k + 1 < ntiles_of.size()) {
       if (k != 0) s.named(kBarRowTileAck, kConsumers + kProducers, false, true, w);
       s.named(kBarRowTile, kConsumers + kProducers, false, false, w);  // bar.arrive
     }
@@ -455,10 +547,15 @@ void consumer_warp_wide(Sim& s, int w, const std::vector<int>& ntiles_of, int bu
 
 std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug = kNone, bool wide = false,
                       int stages = kMaxStages, bool one_pt_buffer = false, int slow_wg = -1, bool wide_boxes = false,
-                      bool staged_partials = false) {
+                      bool staged_partials = false, bool lead = false) {
   Sim s;
   s.staged_partials = staged_partials;
-  s.wide_boxes = wide_boxes;
+  s.wide_boxes = wide_boxes || lead;
+  s.lead = lead;
+  s.init_bar(s.qfull, 1);             // the producer's arrival (its bytes land with it here)
+  s.init_bar(s.qempty, kConsumers);   // each consumer warp after the row tile's last QK
+  s.init_bar(s.handover, kConsumers); // each consumer warp past its reads of the staging (the kernel: each thread)
+  s.init_bar(s.handover_ack, kProducers);
   s.stages = stages;
   s.one_pt_buffer = one_pt_buffer;
   s.slow_wg = slow_wg;
@@ -482,6 +579,7 @@ std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug 
       if (s.stage_readers[copy.st] != 0) s.fail_locked("a copy lands in stage " + std::to_string(copy.st) + " under its readers");
       if (copy.st < 2 && s.exchange_users != 0) s.fail_locked("a copy lands in the merge exchange");
       if (copy.st >= 1 && s.partial_users != 0) s.fail_locked("a copy lands in stage " + std::to_string(copy.st) + " over staged partials");
+      if (s.boxed[copy.st] != 0) s.fail_locked("a copy lands in stage " + std::to_string(copy.st) + " over staged o boxes");
       s.piece[copy.st][copy.pw] = copy.tile;
       --s.copies_pending[copy.st];
       s.full[copy.st].tx -= copy.bytes;
@@ -635,6 +733,32 @@ TEST(MlaAttentionKeysMProtocol, StagedPartialsBeforeTheRowTileBarrier) {
   for (uint64_t seed = 10; seed < 40 && !caught; ++seed)
     caught = !run_model(tiles, seed, kPartialsAfterRowTile, false, kMaxStages, false, -1, false, true).empty();
   EXPECT_TRUE(caught) << "partials staged after the row-tile barrier";
+}
+
+// The lead (v3 wide walking the batch, producer_lead): random lists of 1-8 row tiles of 0-9 tiles
+// (short ones, where the handover waits at a row tile's end, among them) pass, with either
+// warpgroup lagging or neither; each planted bug shows on some seed.
+TEST(MlaAttentionKeysMProtocol, WideBoxesLeadKeepsItsStagesAndQ) {
+  std::mt19937_64 rng(26);
+  for (int iter = 0; iter < 30; ++iter) {
+    std::vector<int> ntiles(1 + rng() % 8);
+    for (int& n : ntiles) n = static_cast<int>(rng() % 10) / (rng() % 2 + 1);
+    std::string list;
+    for (int n : ntiles) list += std::to_string(n) + " ";
+    const int slow_wg = static_cast<int>(iter % 3) - 1;
+    ASSERT_EQ(run_model(ntiles, rng(), kNone, true, kMaxStages, false, slow_wg, true, false, true), "") << "row tiles [" << list << "]";
+  }
+  const auto caught = [](const std::vector<int>& tiles, int bug) {
+    for (uint64_t seed = 10; seed < 40; ++seed)
+      for (const int slow_wg : {static_cast<int>(seed % 2), -1})
+        if (!run_model(tiles, seed, bug, true, kMaxStages, false, slow_wg, true, false, true).empty()) return true;
+    return false;
+  };
+  const std::vector<int> tiles = {7, 1, 9, 0, 2, 5, 3, 8};
+  EXPECT_TRUE(caught(tiles, kLeadNoHandoverWait)) << "no wait for the boxes' handover";
+  EXPECT_TRUE(caught(tiles, kLeadBoxesFirstStages)) << "the boxes in the next row tile's first two stages";
+  EXPECT_TRUE(caught(tiles, kLeadEarlyQRelease)) << "Q released after the first QK";
+  EXPECT_TRUE(caught({3, 0, 0, 0, 0, 1, 0, 0, 4}, kLeadNoAck)) << "handover without the acknowledgement";
 }
 
 }  // namespace

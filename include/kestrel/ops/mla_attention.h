@@ -215,6 +215,14 @@ int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv
 // 8k one-split wide shapes, 0.996x at decode B 128 32k H 128); the bound went in the forty-ninth,
 // once its tests past 2048 keys passed on the device.
 constexpr bool mla_attention_keys_m_o_boxes(int64_t splits) { return splits == 1; }
+// v3 wide's walk with its lead (a pure function, docs/ops/mla_attention.md): where the call has one
+// split (the o boxes) and more row tiles than SMs (batch x row_tiles > num_sms), floor(num_sms /
+// row_tiles) CTAs a row tile (at least one, at most the batch), each walking every that-many-th
+// sequence and loading a row tile's Q and first two KV tiles under the end of the one before; 0
+// (one CTA an item, no walk) otherwise. The forty-sixth session's walk without the lead measured
+// 1.007-1.047x at B 128 with 1k keys (H100): what a row tile pays beyond its tiles is inside the
+// CTA (plan, Q, first tile; the o boxes), which only the lead overlaps.
+int64_t mla_attention_keys_m_walkers(int64_t batch, int64_t row_tiles, int64_t splits, int64_t num_sms);
 // Whether v4 sends a whole 64-row tile's o out as 4 boxes a warpgroup by tensor copy (one
 // thread) rather than as 128 row copies (where o's tokens are H rows apart and a split writes o
 // itself): where a split streams at most kMlaAttentionSeesaw64OBoxMaxKeys keys of the planning

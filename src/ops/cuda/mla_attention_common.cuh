@@ -35,6 +35,7 @@ struct MlaAttentionParams {
   int flat_run, flat_tiles;      // v4's flattened schedule (MlaFlatPlan's run and tiles), or 0: uniform
   int flat_lead;                 // (and its lead)
   int flat_batch;                // splits; with it, splits is the plan's slots, and B for the combine
+  int walk_batch;                // v3 wide's lead: the B sequences its CTAs walk (grid.z of them a row tile), or 0
   int64_t Tq;
   int H, num_pages, page_size, max_pages, splits;
   float scale_log2;              // softmax_scale * kv_scale * q_scale * log2(e), left to right in f32

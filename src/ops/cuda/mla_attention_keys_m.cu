@@ -147,6 +147,7 @@
 
 #include "common.cuh"
 #include "cp_async.cuh"
+#include "kestrel/ops/cuda_launches.h"
 #include "kestrel/ops/mla_attention.h"
 #include "mla_attention_common.cuh"
 #include "mla_attention_keys_m_layout.h"
@@ -218,7 +219,11 @@ constexpr uint32_t kOffGrew = kOffAlpha + 2 * kWide * 4;      // and [2 buffers]
 constexpr uint32_t kOffBar = kOffGrew + 4 * 4;
 constexpr uint32_t kBarFull = kOffBar, kBarEmpty = kOffBar + 8 * kStages;
 constexpr uint32_t kBarQFull = kBarEmpty + 8 * kStages;  // the wide form's Q by tensor copy (q_tma)
-constexpr uint32_t kSmemUsed = kBarQFull + 8;
+// The wide form's lead (kOutOBoxesLead, producer_lead): Q released by the consumer warps after a
+// row tile's last QK, the staged o boxes handed over to the producers after their copies' reads,
+// and the producers' acknowledgement of each handover.
+constexpr uint32_t kBarQEmpty = kBarQFull + 8, kBarHandover = kBarQEmpty + 8, kBarHandoverAck = kBarHandover + 8;
+constexpr uint32_t kSmemUsed = kBarHandoverAck + 8;
 constexpr uint32_t kSmemBytes = kSmemUsed + 1024;  // slack to align the base to 1024
 constexpr uint32_t kExchangeBytes = 2 * 64 * 128 * 4;  // two halves of O^T, 64 threads x 128 f32 each
 // The wide form's o by tensor copy (o_boxes): warpgroup c's 256 value features of the 64 rows as 4
@@ -238,7 +243,7 @@ static_assert(kOffPartials % 1024 == 0 && kExchangeBytes + km::kPartialBoxes * k
 static_assert(2 * 8 * km::kWidePartialBoxBytes <= kStages * kStageBytes, "the wide form's staged partials in the stages");
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
-static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216408 && kSmemBytes <= 232448,
+static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216432 && kSmemBytes <= 232448,
               "the design note states the shared-memory size");
 static_assert(km::kRowBytes % 16 == 0 && kDqk % 16 == 0, "per-row bulk copies of whole 16 bytes");
 static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes) && km::kBlockBytes8 % 16 == 0 &&
@@ -248,7 +253,8 @@ static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes)
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
 // How a CTA's output leaves (the kernel's kOut): row by row; the wide form's o (one split) as boxes
 // by tensor copy from the stages; either form's split partials likewise (stage_partials).
-constexpr int kOutRows = 0, kOutOBoxes = 1, kOutPartialBoxes = 2;
+// kOutOBoxesLead: the o boxes of a CTA that walks the batch (producer_lead).
+constexpr int kOutRows = 0, kOutOBoxes = 1, kOutPartialBoxes = 2, kOutOBoxesLead = 3;
 constexpr int kBarO = 11;  // + c: warpgroup c's o boxes (the wide form) or its writers' partial boxes (32 rows) staged
 
 // The KV range of one (sequence, split) and per row tile (mla_attention_common.cuh): row tiles of
@@ -281,6 +287,61 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 }
 
 // ---- producer warpgroup ----------------------------------------------------------------------------
+// The fast forms' Q by tensor copy (q_map; launch_mla_attention_keys_m): the row tile's 32-row
+// tiles (two in the wide form, one in the other) as 5 boxes of 128 bytes x 32 rows each, Q's
+// layout by the 128-byte swizzle, zeros past column 575 and past the last row (the rows past the
+// tile's belong to the next sequence or are zeros: never stored), on kBarQFull. One thread.
+template <int kRows>
+__device__ __forceinline__ void load_q_by_tensor_copy(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
+                                                      uint32_t base, const CUtensorMap* q_map) {
+  mbar_arrive_expect_tx(base + kBarQFull, (kRows / kN) * kQTileBytes8);
+#pragma unroll
+  for (int h = 0; h < kRows / kN; ++h)
+#pragma unroll
+    for (int k = 0; k < 5; ++k)
+      sm90::tma_load_2d(base + kOffQ + h * kQTileBytes8 + k * kN * 128, q_map, 128 * k, s.qb * p.H + tp.r0 + kN * h,
+                        base + kBarQFull);
+}
+
+// Producer warp pw's quarter of tile j of the row tile (ti over the CTA's tiles): rows 16 pw ..
+// 16 pw + 15 into stage ti % 4 once the consumers released it, then its arrival on `full`.
+template <bool kFp8Qk>
+__device__ __forceinline__ void produce_tile(const MlaAttentionParams& p, int b, const SeqPlan& s, const TilePlan& tp, int j,
+                                             uint32_t ti, uint32_t base, uint8_t* base_ptr, int pw, int lane) {
+  const int row = 16 * pw + (lane & 15);
+  const bool mine = lane < 16;
+  const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys + row;
+  bool nan = false;
+  const uint8_t* src = mine && pos < tp.kv_end ? kv_row(p, b, pos, nan) : nullptr;
+  const bool copy = src != nullptr;
+  mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
+  if (mine && !copy) {  // past the end: zeros; a page outside the cache: e4m3 NaN
+    const uint32_t f = nan ? 0x01010101u * kE4m3Nan : 0u;
+    uint4* dst = reinterpret_cast<uint4*>(base_ptr + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk));
+#pragma unroll 4
+    for (int u = 0; u < kDqk / 16; ++u) dst[u] = make_uint4(f, f, f, f);
+    fence_proxy_async();  // (generic writes where the async proxy wrote before and will again)
+  }
+  const int copies = __popc(__ballot_sync(0xffffffffu, copy));
+  // The fast layout keeps the warp's 16 rows as one block (km::row_offset8): when they lie
+  // back to back in the cache (a page, rows 576 bytes apart), one copy takes them all.
+  bool block = false;
+  if constexpr (kFp8Qk) {
+    const uintptr_t first = __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), 0);
+    block = __all_sync(0xffffffffu, !mine || (copy && reinterpret_cast<uintptr_t>(src) == first + lane * kDqk));
+  }
+  __syncwarp();  // the filled rows before lane 0's arrival (release)
+  const uint32_t full = base + kBarFull + 8 * st;
+  if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kDqk);
+  __syncwarp();  // the expected bytes are announced before any copy can complete
+  const uint32_t dst = base + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk);
+  if (block) {
+    if (lane == 0) bulk_copy_g2s_hint(dst, src, km::kBlockRows8 * kDqk, full, l2_evict_first_policy());
+  } else if (copy) {
+    bulk_copy_g2s_hint(dst, src, kDqk, full, l2_evict_first_policy());
+  }
+}
+
 // Warp pw (0 .. 3) copies rows 16 pw .. 16 pw + 15 of each tile (the fast layout: as one block
 // when they lie back to back in the cache, else one per lane 0 .. 15), and arrives on `full` once
 // (count 4) with the bytes it copies. Per-row copies of a warp issue one lane at a time (the
@@ -291,8 +352,6 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
 template <bool kFp8Qk, int kRows, bool kRowTileSync>
 __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, const SeqPlan& s, uint32_t base,
                                          uint8_t* base_ptr, int pw, int lane, const CUtensorMap* q_map) {
-  const int row = 16 * pw + (lane & 15);
-  const bool mine = lane < 16;
   uint32_t ti = 0;
   bool first = true;
   for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
@@ -303,54 +362,68 @@ __device__ __forceinline__ void producer(const MlaAttentionParams& p, int b, con
       // Past this boundary: the consumers may arrive at the next one (see the consumer).
       if (mt + static_cast<int>(gridDim.x) < s.row_tiles) named_bar_arrive(kBarRowTileAck, kThreads);
     }
-    // The fast forms' Q by tensor copy (q_map, the CTA's first row tile; launch_mla_attention_keys_m):
-    // its 32-row tiles (two in the wide form, one in the other) as 5 boxes of 128 bytes x 32 rows
-    // each, Q's layout by the 128-byte swizzle, zeros past column 575 and past the last row (the
-    // rows past the tile's belong to the next sequence or are zeros: never stored), on kBarQFull;
-    // before the first KV tile, so that Q lands while the block table is read.
-    if (kFp8Qk && q_map != nullptr && first && tp.ntiles > 0 && pw == 0 && lane == 0) {
-      mbar_arrive_expect_tx(base + kBarQFull, (kRows / kN) * kQTileBytes8);
-#pragma unroll
-      for (int h = 0; h < kRows / kN; ++h)
-#pragma unroll
-        for (int k = 0; k < 5; ++k)
-          sm90::tma_load_2d(base + kOffQ + h * kQTileBytes8 + k * kN * 128, q_map, 128 * k, s.qb * p.H + tp.r0 + kN * h,
-                            base + kBarQFull);
-    }
+    // The fast forms' Q by tensor copy, the CTA's first row tile: before the first KV tile, so
+    // that Q lands while the block table is read.
+    if (kFp8Qk && q_map != nullptr && first && tp.ntiles > 0 && pw == 0 && lane == 0)
+      load_q_by_tensor_copy<kRows>(p, s, tp, base, q_map);
     first = false;
-    for (int j = 0; j < tp.ntiles; ++j, ++ti) {
-      const int st = static_cast<int>(ti % kStages), pos = s.begin + j * kKeys + row;
-      bool nan = false;
-      const uint8_t* src = mine && pos < tp.kv_end ? kv_row(p, b, pos, nan) : nullptr;
-      const bool copy = src != nullptr;
-      mbar_wait(base + kBarEmpty + 8 * st, ((ti / kStages) & 1) ^ 1);
-      if (mine && !copy) {  // past the end: zeros; a page outside the cache: e4m3 NaN
-        const uint32_t f = nan ? 0x01010101u * kE4m3Nan : 0u;
-        uint4* dst = reinterpret_cast<uint4*>(base_ptr + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk));
-#pragma unroll 4
-        for (int u = 0; u < kDqk / 16; ++u) dst[u] = make_uint4(f, f, f, f);
-        fence_proxy_async();  // (generic writes where the async proxy wrote before and will again)
-      }
-      const int copies = __popc(__ballot_sync(0xffffffffu, copy));
-      // The fast layout keeps the warp's 16 rows as one block (km::row_offset8): when they lie
-      // back to back in the cache (a page, rows 576 bytes apart), one copy takes them all.
-      bool block = false;
-      if constexpr (kFp8Qk) {
-        const uintptr_t first = __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), 0);
-        block = __all_sync(0xffffffffu, !mine || (copy && reinterpret_cast<uintptr_t>(src) == first + lane * kDqk));
-      }
-      __syncwarp();  // the filled rows before lane 0's arrival (release)
-      const uint32_t full = base + kBarFull + 8 * st;
-      if (lane == 0) mbar_arrive_expect_tx(full, static_cast<uint32_t>(copies) * kDqk);
-      __syncwarp();  // the expected bytes are announced before any copy can complete
-      const uint32_t dst = base + kOffStages + st * kStageBytes + km::row_offset(row, kFp8Qk);
-      if (block) {
-        if (lane == 0) bulk_copy_g2s_hint(dst, src, km::kBlockRows8 * kDqk, full, l2_evict_first_policy());
-      } else if (copy) {
-        bulk_copy_g2s_hint(dst, src, kDqk, full, l2_evict_first_policy());
-      }
-    }
+    for (int j = 0; j < tp.ntiles; ++j, ++ti) produce_tile<kFp8Qk>(p, b, s, tp, j, ti, base, base_ptr, pw, lane);
   }
+}
+
+// The CTA's items where it walks the batch (kOutOBoxesLead): sequences blockIdx.z, + gridDim.z, ...
+// below p.walk_batch, each one's row tiles blockIdx.x, + gridDim.x, ... (both roles the same list;
+// a sequence whose q_start entries are out of order is skipped by both). f(b, s, mt).
+template <typename F>
+__device__ __forceinline__ void for_each_walked_item(const MlaAttentionParams& p, F f) {
+  for (int b = static_cast<int>(blockIdx.z); b < p.walk_batch; b += static_cast<int>(gridDim.z)) {
+    SeqPlan s;
+    if (!mla_seq_plan<kWide, kKeys>(p, b, 0, s)) continue;
+    for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) f(b, s, mt);
+  }
+}
+
+// The wide form's producers where the CTA walks the batch with its o boxes (one split, Q by tensor
+// copy; kOutOBoxesLead): a row tile's Q and first two KV tiles load under the end of the row tile
+// before. Row tile k's boxes are staged in the stages of its tiles ti_end + 2 and ti_end + 3
+// (ti_end: the CTA's tile count after it), which the next row tile's first two tiles (stages
+// ti_end, ti_end + 1) leave alone: the producers wait for the boxes' handover (kBarHandover: every
+// consumer thread past its reads of the staging, the copies' reads waited) only before the next
+// row tile's third tile, or at that row tile's end where it has fewer than three, and acknowledge
+// each (kBarHandoverAck), so that the consumers never complete a second handover before the
+// producers waited for the first. Q (one buffer) is loaded once every consumer warp's last QK of
+// the row tile before released it (kBarQEmpty). The protocol model runs this
+// (tests/ops/mla_attention_keys_m_protocol_test.cpp, WideBoxesLead*).
+__device__ __forceinline__ void producer_lead(const MlaAttentionParams& p, uint32_t base, uint8_t* base_ptr, int pw, int lane,
+                                              const CUtensorMap* q_map) {
+  // The state in one register (at the producers' 40 registers, four spilled): bit 0 the parity of
+  // the next Q release to wait for, bit 1 a Q loaded before, bit 2 the parity of the next
+  // handover, bit 3 the row tile before's boxes not yet handed over.
+  constexpr uint32_t kQParity = 1, kQBefore = 2, kHandoverParity = 4, kPending = 8;
+  uint32_t ti = 0, flags = 0;
+  const auto wait_handover = [&] {
+    mbar_wait(base + kBarHandover, (flags / kHandoverParity) & 1);
+    flags = (flags ^ kHandoverParity) & ~kPending;
+    __syncwarp();
+    if (lane == 0) mbar_arrive(base + kBarHandoverAck);
+  };
+  for_each_walked_item(p, [&](int b, const SeqPlan& s, int mt) {
+    const TilePlan tp = tile_plan<kWide>(p, s, mt);
+    if (tp.ntiles > 0) {
+      if (pw == 0 && lane == 0) {
+        if (flags & kQBefore) mbar_wait(base + kBarQEmpty, flags & kQParity);
+        load_q_by_tensor_copy<kWide>(p, s, tp, base, q_map);
+      }
+      // (the parity of this load's release: the next load waits for it)
+      flags = (flags & kQBefore) ? flags ^ kQParity : flags | kQBefore;
+    }
+    for (int j = 0; j < tp.ntiles; ++j, ++ti) {
+      if ((flags & kPending) && j == 2) wait_handover();
+      produce_tile<true>(p, b, s, tp, j, ti, base, base_ptr, pw, lane);
+    }
+    if (flags & kPending) wait_handover();
+    flags |= kPending;
+  });
 }
 
 // ---- consumers ----------------------------------------------------------------------------------
@@ -589,10 +662,11 @@ __device__ __forceinline__ void store_row(const MlaAttentionParams& p, const Seq
 // previous row tile is done, the causal limit (keys < lim) of each of the kRows rows (0 for padded
 // rows) and Q, published to both warpgroups and the wgmma's async proxy. Nothing when the tile
 // has no keys.
-// q_tma: Q comes by tensor copy (the producer's, on kBarQFull) instead.
+// q_tma: Q comes by tensor copy (the producer's, on kBarQFull, its phase of parity q_parity) instead.
 template <bool kFp8Qk, int kRows>
 __device__ __forceinline__ void begin_row_tile(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp,
-                                               uint8_t* base_ptr, int* lim_s, int c, int t, uint32_t base = 0, bool q_tma = false) {
+                                               uint8_t* base_ptr, int* lim_s, int c, int t, uint32_t base = 0, bool q_tma = false,
+                                               uint32_t q_parity = 0) {
   named_bar_sync(kBarQ, kConsumerThreads);
   if (tp.ntiles > 0) {
     if (c == 0 && t < kRows) {
@@ -600,7 +674,7 @@ __device__ __forceinline__ void begin_row_tile(const MlaAttentionParams& p, cons
       lim_s[t] = r < s.rows_b ? s.L - s.n + r / p.H + 1 : 0;
     }
     if (q_tma) {
-      mbar_wait(base + kBarQFull, 0);
+      mbar_wait(base + kBarQFull, q_parity);
     } else {
       load_q<kFp8Qk, kRows>(p, s, tp, base_ptr, t + 128 * c);
       fence_proxy_async();
@@ -964,11 +1038,14 @@ __device__ __forceinline__ void pv_tile_wide(float (&o)[km::kPvTilesWide][32], u
 }
 
 // kOut: kOutOBoxes, o goes out through the stages (one split; o_map is o's tensor map);
-// kOutPartialBoxes, a split's partial of a whole row tile likewise (o_map over ws_o).
+// kOutOBoxesLead, the same where the CTA walks the batch (for_each_walked_item; s unused) with the
+// producers' lead (producer_lead: Q by tensor copy every row tile, the boxes in the stages of
+// tiles ti_end + 2 + c, handed over); kOutPartialBoxes, a split's partial of a whole row tile
+// likewise (o_map over ws_o).
 template <int kOut>
-__device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s, int split, uint32_t base,
+__device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s_one, int split, uint32_t base,
                                               uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map, bool q_tma) {
-  constexpr bool kOBoxes = kOut == kOutOBoxes;
+  constexpr bool kLead = kOut == kOutOBoxesLead, kOBoxes = kOut == kOutOBoxes || kLead;
   const int w = t / 32, lane = t % 32, g = lane / 4, q4 = lane % 4;
   float* colmax = reinterpret_cast<float*>(base_ptr + kOffMax) + c * 4 * kN;  // [4 warps][32]
   float* ml = reinterpret_cast<float*>(base_ptr + kOffMl);                     // [m, l][64]
@@ -977,10 +1054,13 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
   int* grew_s = reinterpret_cast<int*>(base_ptr + kOffGrew);                   // [2][2]
   const uint32_t q_lo = sw128_lo(base + kOffQ + c * kQTileBytes8);
   uint32_t ti_run = 0;
-  for (int mt = static_cast<int>(blockIdx.x); mt < s.row_tiles; mt += static_cast<int>(gridDim.x)) {
+  uint32_t q_loads = 0, items = 0;  // (the lead: Q's phases, the row tiles' handovers)
+  const auto item = [&](const SeqPlan& s, int mt) {
     const TilePlan tp = tile_plan<kWide>(p, s, mt);
     const int lim_first = s.L - s.n + tp.r0 / p.H + 1;  // the causal limit of the tile's first row (the least)
-    begin_row_tile<true, kWide>(p, s, tp, base_ptr, lim_s, c, t, base, q_tma && mt == static_cast<int>(blockIdx.x));
+    begin_row_tile<true, kWide>(p, s, tp, base_ptr, lim_s, c, t, base, kLead || (q_tma && mt == static_cast<int>(blockIdx.x)),
+                                q_loads & 1);
+    if (kLead && tp.ntiles > 0) ++q_loads;
 
     float o[km::kPvTilesWide][32];
 #pragma unroll
@@ -998,6 +1078,10 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       const uint32_t tile = base + kOffStages + st * kStageBytes;
       float sc[16];
       qk_tile8(sc, tile, q_lo, t);
+      if (kLead && j == tp.ntiles - 1) {  // the row tile's last QK retired: Q may be reloaded
+        __syncwarp();
+        if (lane == 0) mbar_arrive(base + kBarQEmpty);
+      }
       uint32_t pv_r[2];
       uint2 pv_x[2][2];
       pv_rows_wide(pv_r, tile, c, t);
@@ -1067,7 +1151,9 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       // timeline: ~6.2 us a row tile at verify 8 B128 1k H 128, a sixth of the CTA); the rows of a
       // partial one by the warpgroup, a row's 512 bytes a warp (o_vec: 16-byte rows). (Rows past
       // the tile's are staged too, never copied.)
-      uint8_t* const o_half = base_ptr + kOffStages + c * kOHalfBytes;
+      // (the lead: in the stages of tiles ti_end + 2 + c, which the next row tile's first two leave alone)
+      const uint32_t o_off = kOffStages + (kLead ? ((ti_run + 2 + c) % kStages) * kStageBytes : c * kOHalfBytes);
+      uint8_t* const o_half = base_ptr + o_off;
       const uint32_t even = km::o_box_base(t, 0), odd = km::o_box_base(t, 1);
 #pragma unroll
       for (int k = 0; k < 16; ++k) {
@@ -1083,7 +1169,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
         if (t == 0) {
 #pragma unroll
           for (int k = 0; k < 4; ++k)
-            sm90::tma_store_2d(o_map, base + kOffStages + c * kOHalfBytes + k * (kWide * 128), 256 * c + 64 * k, s.qb * p.H + tp.r0);
+            sm90::tma_store_2d(o_map, base + o_off + k * (kWide * 128), 256 * c + 64 * k, s.qb * p.H + tp.r0);
           sm90::bulk_commit_group();
           sm90::bulk_wait_group_read0();  // read before the CTA's shared memory goes
         }
@@ -1111,7 +1197,15 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
         store_row(p, s, split, tp.r0 + n, f0, v, lse2, lse_writer);
       }
     }
-    if (kOut != kOutRows && mt + static_cast<int>(gridDim.x) < s.row_tiles) {
+    if constexpr (kLead) {
+      // The staging read (this thread's copy-out, or thread 0's copies waited): hand the stages
+      // over, once the producers acknowledged the row tile before's handover (no phase of
+      // kBarHandover completes twice before they waited).
+      if (items > 0) mbar_wait(base + kBarHandoverAck, (items - 1) & 1);
+      fence_proxy_async();  // (generic writes to the staging before the producers' copies land there)
+      mbar_arrive(base + kBarHandover);
+      ++items;
+    } else if (kOut != kOutRows && mt + static_cast<int>(gridDim.x) < s.row_tiles) {
       // The staged o is out of the stages (each copier waited for its reads): the producers may
       // fill them with the next row tile's KV (a ragged batch: a sequence with more rows than the
       // grid plans walks its row tiles). Before this the producers ran ahead into the next row
@@ -1122,11 +1216,17 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
       fence_proxy_async();
       named_bar_arrive(kBarRowTile, kThreads);
     }
+  };
+  if constexpr (kLead) {
+    for_each_walked_item(p, [&](int, const SeqPlan& s, int mt) { item(s, mt); });
+  } else {
+    for (int mt = static_cast<int>(blockIdx.x); mt < s_one.row_tiles; mt += static_cast<int>(gridDim.x)) item(s_one, mt);
   }
 }
 
-// kOut: how the output leaves (kOutRows, kOutOBoxes: the wide form's o, one split; kOutPartialBoxes:
-// either form's split partials); map_o is o's or ws_o's tensor map for the boxes.
+// kOut: how the output leaves (kOutRows, kOutOBoxes: the wide form's o, one split; kOutOBoxesLead:
+// the same, walking the batch with the producers' lead; kOutPartialBoxes: either form's split
+// partials); map_o is o's or ws_o's tensor map for the boxes.
 template <bool kSplitP, bool kFp8Qk, int kRows, int kOut>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_attention_keys_m_kernel(const __grid_constant__ MlaAttentionParams p, const __grid_constant__ CUtensorMap map_o,
@@ -1144,9 +1244,25 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(base + kBarEmpty + 8 * st, kRows == kWide ? 8 : 4);  // the warps that read the tile
     }
     mbar_init(base + kBarQFull, 1);  // the producer's arrival (+ Q's bytes)
+    mbar_init(base + kBarQEmpty, 8);  // the lead: each consumer warp after the row tile's last QK
+    mbar_init(base + kBarHandover, kConsumerThreads);  // each consumer thread past its reads of the staged boxes
+    mbar_init(base + kBarHandoverAck, 4);              // each producer warp past its wait for the handover
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
+
+  if constexpr (kOut == kOutOBoxesLead) {  // the walk: the items come from for_each_walked_item
+    static_assert(kRows == kWide, "the lead: the wide form's o boxes");
+    if (tid >= kConsumerThreads) {
+      sm90::setmaxnreg_dec<kProducerRegs>();
+      producer_lead(p, base, base_ptr, (tid - kConsumerThreads) / 32, tid % 32, &map_q);
+    } else {
+      sm90::setmaxnreg_inc<kConsumerRegs>();
+      const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
+      consumer_wide<kOut>(p, SeqPlan{}, 0, base, base_ptr, c, tid % 128, &map_o, true);
+    }
+    return;
+  }
 
   // Sequence metadata (mla_seq_plan: bad offsets leave the rows unwritten, a bad length writes
   // NaN rows), splits of whole 64-key tiles.
@@ -1187,10 +1303,12 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
                   : kRows == kWide ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK, 64 rows>"
                   : kFp8Qk         ? "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P, e4m3 QK>"
                                    : "mla_attention_keys_m_kernel<fp8 cache, fp8 q, fast P>") +
-      (kOut == kOutOBoxes ? " + o boxes by tensor copy" : "");
-  // (the partials' suffix last: names up to "+ q by tensor copy" stay as they were)
-  static const std::string partials = kOut == kOutPartialBoxes ? " + partials by tensor copy" : "";
-  static const std::string names[2] = {name + partials, name + " + q by tensor copy" + partials};
+      (kOut == kOutOBoxes || kOut == kOutOBoxesLead ? " + o boxes by tensor copy" : "");
+  // (these suffixes last: names up to "+ q by tensor copy" stay as they were)
+  static const std::string tail = kOut == kOutPartialBoxes ? " + partials by tensor copy"
+                                  : kOut == kOutOBoxesLead ? " walking the batch"
+                                                           : "";
+  static const std::string names[2] = {name + tail, name + " + q by tensor copy" + tail};
   KESTREL_LAUNCHED(names[q_tma ? 1 : 0].c_str());
 }
 
@@ -1203,7 +1321,8 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // where the call has splits and the driver encodes ws_o's map.
 // The wide form writes a whole row tile's o by tensor copy when the call has one split
 // (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart (encode_mla_o_map), else row by
-// row.
+// row; past one wave, with Q by tensor copy, it walks the batch with the producers' lead
+// (mla_attention_keys_m_walkers, producer_lead).
 // The fast forms' Q (e4m3 bytes as they are) comes by tensor copy when q's tokens lie H rows apart
 // with 16-byte rows (encode_mla_q8_map), for a CTA's first row tile (a CTA walks on to more where
 // a sequence has more rows than the grid plans; those load Q through registers). (The exact form
@@ -1213,9 +1332,16 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
   const bool q_tma = !split_p && encode_mla_q8_map(p, &map_q);  // (the exact form's Q is f16)
   if (split_p) {
     launch<true, false, kN>(p, grid, map_o, map_q, false, s);
-  } else if (wide && mla_attention_keys_m_o_boxes(p.splits) &&
-             encode_mla_o_map(p, &map_o)) {
-    launch<false, true, kWide, kOutOBoxes>(p, grid, map_o, map_q, q_tma, s);
+  } else if (wide && mla_attention_keys_m_o_boxes(p.splits) && encode_mla_o_map(p, &map_o)) {
+    // Past one wave, with Q by tensor copy: the walk with the producers' lead (grid.z CTAs a row tile).
+    const int64_t walkers = q_tma ? mla_attention_keys_m_walkers(grid.z, grid.x, p.splits, num_sms()) : 0;
+    if (walkers > 0) {
+      MlaAttentionParams walk = p;
+      walk.walk_batch = static_cast<int>(grid.z);
+      launch<false, true, kWide, kOutOBoxesLead>(walk, dim3(grid.x, 1, static_cast<unsigned>(walkers)), map_o, map_q, true, s);
+    } else {
+      launch<false, true, kWide, kOutOBoxes>(p, grid, map_o, map_q, q_tma, s);
+    }
   } else if (wide && p.splits > 1 && encode_mla_ws_o_map(p, kWide, &map_o)) {
     launch<false, true, kWide, kOutPartialBoxes>(p, grid, map_o, map_q, q_tma, s);
   } else if (wide) {

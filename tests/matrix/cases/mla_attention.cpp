@@ -468,6 +468,17 @@ void add_mla_attention_cases(Registry& r, Size size) {
   // over 16 whole row tiles with 4 splits (most of them empty: 40 keys). Seeded last.
   add_case(r, ci[1], fp8, Variant::plain, ++plan_seed, fp8, keys_m, fastp);
   add_case(r, ci[5], fp8, Variant::strided, ++plan_seed, fp8, keys_m, fastp, auto_schedule, 4);
+  // v3 wide past one wave with one split: its CTAs walk the batch with the producers' lead (the o
+  // boxes; strided o takes the rows, no walk): 140 sequences at H 96 (two row tiles each, the
+  // second 32 rows), and 160 at H 16 with 1-7 queries (16-112 rows: one or two row tiles, causal
+  // limits inside them), keys 1-200 and 7-96. Seeded last.
+  for (Variant var : {Variant::plain, Variant::strided}) add_case(r, boxes96, fp8, var, ++plan_seed, fp8, wide, fastp);
+  AttnShape walk16v = {"verify", 16, 64, {}, {}, Size::ci, false};
+  for (int64_t b = 0; b < 160; ++b) {
+    walk16v.q_lens.push_back(1 + (b * 5) % 7);
+    walk16v.seq_lens.push_back(7 + (b * 37) % 90);
+  }
+  add_case(r, walk16v, fp8, Variant::plain, ++plan_seed, fp8, wide, fastp);
 }
 
 }  // namespace kestrel::matrix
