@@ -781,10 +781,11 @@ TEST_F(MlaAttentionCuda, KeysMBalancedSplitsAreTaken) {
                             "balanced splits against one");
 }
 
-// v3 with splits (both fast forms) stages a row tile's f32 partial as 16 boxes in the stages and
-// sends a whole row tile's by tensor copy, a partial one's rows by the threads: ragged batches (H 16
-// verify of 1-4 queries and H 32 verify of 1-4: whole 32- and 64-row tiles and partial ones; H 32
-// decode: whole 32-row tiles, half 64-row ones), 2 and 5 splits forced, against one split (no partials) within
+// v3's 32-row form with splits stages a row tile's f32 partial as 16 boxes in the stages and sends
+// a whole row tile's by tensor copy, a partial one's rows by the threads; the wide form writes its
+// partials row by row (its boxes measured no faster). Ragged batches (H 16 verify of 1-4 queries and
+// H 32 verify of 1-4: whole 32- and 64-row tiles and partial ones; H 32 decode: whole 32-row tiles,
+// half 64-row ones), 2 and 5 splits forced, against one split (no partials) within
 // the fast precision's rounding. Each call runs first on other values of the same shape, so that a
 // partial row left unwritten would show that call's stale workspace (scratch_alloc hands the same
 // block back).
@@ -795,10 +796,11 @@ TEST_F(MlaAttentionCuda, KeysMPartialsByTensorCopyForSplits) {
   };
   struct Form {
     MlaAttentionKernel kernel;
-    const char* name;
+    const char* name;  // the launch name's end
+    bool boxes;
   };
-  for (const Form form : {Form{MlaAttentionKernel::wgmma_keys_m, "e4m3 QK> + q by tensor copy + partials by tensor copy"},
-                          Form{MlaAttentionKernel::wgmma_keys_m_wide, "64 rows> + q by tensor copy + partials by tensor copy"}})
+  for (const Form form : {Form{MlaAttentionKernel::wgmma_keys_m, "e4m3 QK> + q by tensor copy + partials by tensor copy", true},
+                          Form{MlaAttentionKernel::wgmma_keys_m_wide, "64 rows> + q by tensor copy", false}})
   for (const Batch& batch : {Batch{16, {1, 2, 3, 4, 2, 1, 4}, {1500, 3000, 700, 5000, 2100, 64, 4100}},
                              Batch{32, {2, 4, 1, 3}, {2500, 4100, 900, 3333}},
                              Batch{32, {1, 1, 1, 1, 1}, {3000, 4999, 1024, 200, 6000}}}) {
@@ -831,6 +833,7 @@ TEST_F(MlaAttentionCuda, KeysMPartialsByTensorCopyForSplits) {
       Problem p = problem(5101 + static_cast<uint64_t>(H));
       const auto log = run_split(p, splits);
       EXPECT_TRUE(launched(log, form.name)) << what;
+      EXPECT_EQ(launched(log, "partials"), form.boxes) << what;
       EXPECT_TRUE(launched(log, "combine")) << what;
       expect_fast_outputs_agree(testing_util::download<uint16_t>(p.o), testing_util::download<float>(p.lse), o_one, lse_one, what);
     }

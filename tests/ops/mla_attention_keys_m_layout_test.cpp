@@ -527,28 +527,6 @@ TEST(MlaAttentionKeysMLayout, StagedPartialsAreTheSwizzledUnitsWithoutBankConfli
   expect_staged_partials(instructions, km::kPartialBoxes * km::kPartialBoxBytes / 16);
 }
 
-// The wide form's staged partials (warpgroup c's 8 boxes of 64 rows x 32 f32): the same for the 128
-// threads' 16 slots x 2 steps (units 2 (u % 4) + i of row n_k in box u / 4).
-TEST(MlaAttentionKeysMLayout, WideStagedPartialsAreTheSwizzledUnitsWithoutBankConflicts) {
-  const auto swizzled = [](int u, int n, int i) {
-    return static_cast<uint32_t>((u / 4) * km::kWidePartialBoxBytes) + sm::sw128_offset(64, n, 8 * (2 * (u % 4) + i));
-  };
-  std::vector<std::array<StagedStore, 8>> instructions;
-  for (int k = 0; k < 16; ++k)
-    for (int s = 0; s < 2; ++s)
-      for (int qw = 0; qw < 16; ++qw) {  // the warpgroup's quarter warps
-        std::array<StagedStore, 8> ins{};
-        for (int l = 0; l < 8; ++l) {
-          const int t = 8 * qw + l, g = (t % 32) / 4, q4 = t % 4;
-          const int u = km::pv_wide_unit(t / 32, g), n = 8 * (k / 2) + 2 * q4 + k % 2;
-          ins[static_cast<size_t>(l)] = {km::partial_store_offset(km::wide_partial_box_base(t, k % 2), k, s),
-                                         swizzled(u, n, km::partial_unit_at_step(g, s)), swizzled(u, n, s)};
-        }
-        instructions.push_back(ins);
-      }
-  expect_staged_partials(instructions, 8 * km::kWidePartialBoxBytes / 16);
-}
-
 // The products and P^T in the fast layout's key order, PV units and features (its PV and mask):
 // the same emulation with those functions; the exact layout's feature order must then fail.
 TEST(MlaAttentionKeysMLayout, ProductsMatchInTheFastLayoutsKeyOrder) {

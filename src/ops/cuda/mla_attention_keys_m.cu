@@ -80,9 +80,9 @@
 // first KV tile), else through the consumers' registers (load_q). Forty-sixth session (H100, the
 // CTA timeline, docs/perf.md): at B 128 1k the o stores took 6.2 us and Q 3.1 us of a 38 us row
 // tile; with both, 2.8 and 1.9.
-// A call with splits (either fast form) writes a row tile's f32 partial the same way
-// (kOutPartialBoxes: stage_partials / _wide, 16 boxes of 32 f32 x 32 or 64 rows in the stages, by
-// tensor copy into ws_o; a partial row tile's rows copied out of the staging), where each writer
+// The 32-row form with splits writes a row tile's f32 partial the same way (kOutPartialBoxes:
+// stage_partials, 16 boxes of 32 f32 x 32 rows in the stages, by tensor copy into ws_o; a partial
+// row tile's rows copied out of the staging), where each writer
 // thread issued 32 scattered 16-byte stores at the CTA's end (the forty-ninth session's probe
 // without any: 1.19x at decode B8 8k H 32). Staged in the fast layout's unit order, a quarter warp's two g stored into the same 4
 // bank groups; odd g store their units in the other order (km::partial_unit_at_step).
@@ -136,8 +136,7 @@
 // 128) after warpgroup c staged its boxes (fence.proxy.async first); its thread 0 then copies them
 // and waits for their reads; where the CTA walks on to another row tile (a sequence with more rows
 // than the grid plans), the row tile and ack barriers as in the 32-row form, so that the producers
-// fill the stages only after the staged o left them. The wide form's partial boxes: the same, the
-// whole 128 KB of staging. The 32-row form's: (11 + c, 64) after warpgroup c's two writer warps
+// fill the stages only after the staged o left them. The 32-row form's partial boxes: (11 + c, 64) after warpgroup c's two writer warps
 // staged their 8 boxes (past the exchange, which the other warpgroup's writers may still read);
 // the first writer copies them and waits for their reads before the row tile barrier.
 #include <cuda_fp16.h>
@@ -234,13 +233,11 @@ constexpr uint32_t kOHalfBytes = kWide * (kDv / 2) * 2;  // 32,768
 static_assert(kOffStages % 1024 == 0 && 2 * kOHalfBytes <= kStages * kStageBytes, "o's boxes in the stages, 1024-aligned");
 // The split partials by tensor copy (kOutPartialBoxes, stage_partials): the 32-row form's whole row
 // tile (f32) as km::kPartialBoxes boxes in the stages past the merge exchange (the writers stage
-// while the other warpgroup's writers may still read their half of the exchange); the wide form's
-// as 16 boxes of 64 rows, warpgroup c's 8 in the c-th 64 KB of the stages (no exchange). Free for
-// the same reason as o's boxes.
+// while the other warpgroup's writers may still read their half of the exchange). Free for the
+// same reason as o's boxes.
 constexpr uint32_t kOffPartials = kOffStages + kExchangeBytes;
 static_assert(kOffPartials % 1024 == 0 && kExchangeBytes + km::kPartialBoxes * km::kPartialBoxBytes <= kStages * kStageBytes,
               "the staged partials in the stages, past the exchange, 1024-aligned");
-static_assert(2 * 8 * km::kWidePartialBoxBytes <= kStages * kStageBytes, "the wide form's staged partials in the stages");
 static_assert(kQTileBytes8 % 1024 == 0 && sm90::kKvBytes <= kQBytes, "Q: the f16 32-row tile or two e4m3 ones");
 static_assert(kOffPt % 1024 == 0 && kPtBytes % 1024 == 0 && kOffStages % 16 == 0 && kOffBar % 8 == 0);
 static_assert(kExchangeBytes <= kStages * kStageBytes && kSmemBytes == 216432 && kSmemBytes <= 232448,
@@ -792,49 +789,6 @@ __device__ __forceinline__ void stage_partials(const MlaAttentionParams& p, cons
   }
 }
 
-// The wide form's split partial of a 64-row tile through the stages: every thread of warpgroup c
-// stages its 8 features of its 16 columns (v_of(k, v)) in the warpgroup's 8 boxes
-// (km::wide_partial_box_base: 2 steps, odd g a unit apart), then its thread 0 copies them to the
-// split's rows of ws_o (ws_map: boxes of 32 f32 x 64 rows) and waits for their reads; a partial
-// row tile's rows go out of the staging by the warpgroup.
-template <typename ValuesOf>
-__device__ __forceinline__ void stage_partials_wide(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
-                                                    uint32_t base, uint8_t* base_ptr, const CUtensorMap* ws_map, int c, int t,
-                                                    ValuesOf v_of) {
-  const int g = (t % 32) / 4;
-  const bool odd_g = (g & 1) != 0;
-  constexpr uint32_t kHalf = 8 * km::kWidePartialBoxBytes;  // a warpgroup's staging
-  uint8_t* const staged = base_ptr + kOffStages + c * kHalf;
-  const uint32_t even = km::wide_partial_box_base(t, 0), odd = km::wide_partial_box_base(t, 1);
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    float v[8];  // features f0 + e
-    v_of(k, v);
-    // step 0: unit 0 (even g) or 1 (odd g); step 1 the other (km::partial_unit_at_step)
-    const float4 lo = make_float4(v[0], v[1], v[2], v[3]), hi = make_float4(v[4], v[5], v[6], v[7]);
-    *reinterpret_cast<float4*>(staged + km::partial_store_offset(k % 2 ? odd : even, k, 0)) = odd_g ? hi : lo;
-    *reinterpret_cast<float4*>(staged + km::partial_store_offset(k % 2 ? odd : even, k, 1)) = odd_g ? lo : hi;
-  }
-  fence_proxy_async();  // the staged boxes (generic stores) before the tensor copies (async proxy) read them
-  named_bar_sync(kBarO + c, 128);
-  const int row0 = static_cast<int>(mla_ws_row(p, s, split, tp.r0));  // (< 2^31: encode_mla_ws_o_map)
-  if (tp.rows_here == kWide) {
-    if (t == 0) {
-#pragma unroll
-      for (int bx = 0; bx < 8; ++bx)
-        sm90::tma_store_2d(ws_map, base + kOffStages + c * kHalf + bx * km::kWidePartialBoxBytes, km::kPartialBoxCols * (8 * c + bx), row0);
-      sm90::bulk_commit_group();
-      sm90::bulk_wait_group_read0();  // read before the stages are refilled or the CTA's shared memory goes
-    }
-  } else {  // a partial row tile: its rows out of the staging by the warpgroup
-    for (int i = t; i < tp.rows_here * 64; i += 128) {
-      const int n = i / 64, bx = (i / 8) % 8, u = i % 8;
-      *reinterpret_cast<float4*>(p.ws_o + static_cast<int64_t>(row0 + n) * kDv + km::kPartialBoxCols * (8 * c + bx) + 4 * u) =
-          *reinterpret_cast<const float4*>(staged + bx * km::kWidePartialBoxBytes + n * 128 + ((u ^ (n % 8)) * 16));
-    }
-  }
-}
-
 // kBoxes: a split's partial of a whole row tile goes out by tensor copy (stage_partials; the host
 // encoded ws_map), the fast precision only.
 template <bool kSplitP, bool kFp8Qk, bool kBoxes>
@@ -937,28 +891,27 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
 #pragma unroll
         for (int i = 0; i < 16; ++i) o[mm][i] = o[mm][i] * f_mine[slot_of_reg(i)] + xch[(16 * mm + i) * 64 + xt];
       const int f0 = 16 * km::pv_unit(w, g, kFp8Qk);  // the thread's 16 features: f0 + 2 mt + (row half)
-      // Slot k's 16 values (features f0 + e), scaled, and its row's lse2.
-      const auto row_out = [&](int k, float (&v)[16]) {
-        const auto [scale, lse2] = mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale);
+      if constexpr (kBoxes) {
+        stage_partials(p, s, tp, split, base, base_ptr, ws_map, c, t, [&](int k, float (&v)[16]) {  // slot k's values, scaled
+          const auto [scale, lse2] = mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale);
 #pragma unroll
-        for (int mm = 0; mm < 8; ++mm)
+          for (int mm = 0; mm < 8; ++mm)
 #pragma unroll
-          for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
-        return lse2;
-      };
-      if (kBoxes) {
-        stage_partials(p, s, tp, split, base, base_ptr, ws_map, c, t, [&](int k, float (&v)[16]) {
-          const float lse2 = row_out(k, v);
+            for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
           if (c == 0 && w == 0 && g == 0 && col_of_slot(q4, k) < tp.rows_here)
             p.ws_lse[mla_ws_row(p, s, split, tp.r0 + col_of_slot(q4, k))] = lse2;
         });
-      } else {
+      } else {  // (main's loop as it was: written through a shared lambda, this instantiation spilled 36 / 96 bytes against 28 / 28)
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const int n = col_of_slot(q4, k);
           if (n >= tp.rows_here) continue;
+          const auto [scale, lse2] = mla_row_end(s.bad_len, m_ref[k], l_all[k], p.out_scale);
           float v[16];  // features f0 + e
-          const float lse2 = row_out(k, v);
+#pragma unroll
+          for (int mm = 0; mm < 8; ++mm)
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) v[2 * mm + hf] = o[mm][4 * (k / 2) + k % 2 + 2 * hf] * scale;
           store_row(p, s, split, tp.r0 + n, f0, v, lse2, c == 0 && w == 0 && g == 0);
         }
       }
@@ -1040,8 +993,7 @@ __device__ __forceinline__ void pv_tile_wide(float (&o)[km::kPvTilesWide][32], u
 // kOut: kOutOBoxes, o goes out through the stages (one split; o_map is o's tensor map);
 // kOutOBoxesLead, the same where the CTA walks the batch (for_each_walked_item; s unused) with the
 // producers' lead (producer_lead: Q by tensor copy every row tile, the boxes in the stages of
-// tiles ti_end + 2 + c, handed over); kOutPartialBoxes, a split's partial of a whole row tile
-// likewise (o_map over ws_o).
+// tiles ti_end + 2 + c, handed over).
 template <int kOut>
 __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const SeqPlan& s_one, int split, uint32_t base,
                                               uint8_t* base_ptr, int c, int t, const CUtensorMap* o_map, bool q_tma) {
@@ -1180,12 +1132,6 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
           *reinterpret_cast<uint4*>(o_rows + n * p.o_s1 + 8 * u) = *reinterpret_cast<const uint4*>(o_half + sw128_offset(kWide, n, 8 * u));
         }
       }
-    } else if (kOut == kOutPartialBoxes) {
-      stage_partials_wide(p, s, tp, split, base, base_ptr, o_map, c, t, [&](int k, float (&v)[8]) {
-        const float lse2 = row_out(k, v);
-        if (c == 0 && w == 0 && g == 0 && col_of_slot(q4, k) < tp.rows_here)
-          p.ws_lse[mla_ws_row(p, s, split, tp.r0 + col_of_slot(q4, k))] = lse2;
-      });
     } else {
       const bool lse_writer = c == 0 && w == 0 && g == 0;
 #pragma unroll
@@ -1225,7 +1171,7 @@ __device__ __forceinline__ void consumer_wide(const MlaAttentionParams& p, const
 }
 
 // kOut: how the output leaves (kOutRows, kOutOBoxes: the wide form's o, one split; kOutOBoxesLead:
-// the same, walking the batch with the producers' lead; kOutPartialBoxes: either form's split
+// the same, walking the batch with the producers' lead; kOutPartialBoxes: the 32-row form's split
 // partials); map_o is o's or ws_o's tensor map for the boxes.
 template <bool kSplitP, bool kFp8Qk, int kRows, int kOut>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -1281,6 +1227,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int c = __shfl_sync(0xffffffffu, tid / 128, 0);
     if constexpr (kRows == kWide) {
       static_assert(!kSplitP && kFp8Qk, "the wide instantiation runs the fast precision");
+      static_assert(kOut != kOutPartialBoxes, "partial boxes: the 32-row form only");
       consumer_wide<kOut>(p, s, split, base, base_ptr, c, tid % 128, &map_o, q_tma != 0);
     } else {
       static_assert(kOut != kOutOBoxes, "o boxes: the wide form only");
@@ -1317,8 +1264,10 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // Exact precision: f16 operands for both products, P as hi + lo. Fast: P rounded once to f16 and
 // QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
-// Both fast forms write a whole row tile's split partial by tensor copy (stage_partials, _wide)
-// where the call has splits and the driver encodes ws_o's map.
+// The 32-row form writes a whole row tile's split partial by tensor copy (stage_partials) where the
+// call has splits and the driver encodes ws_o's map. (The wide form's, staged alike, measured
+// 0.98-1.01x with whole row tiles and 0.87-0.92x at the H 32 decode's half tiles: fifty-second
+// session, docs/perf.md; its partials go out row by row.)
 // The wide form writes a whole row tile's o by tensor copy when the call has one split
 // (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart (encode_mla_o_map), else row by
 // row; past one wave, with Q by tensor copy, it walks the batch with the producers' lead
@@ -1342,8 +1291,6 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
     } else {
       launch<false, true, kWide, kOutOBoxes>(p, grid, map_o, map_q, q_tma, s);
     }
-  } else if (wide && p.splits > 1 && encode_mla_ws_o_map(p, kWide, &map_o)) {
-    launch<false, true, kWide, kOutPartialBoxes>(p, grid, map_o, map_q, q_tma, s);
   } else if (wide) {
     launch<false, true, kWide>(p, grid, map_o, map_q, q_tma, s);
   } else if (p.splits > 1 && encode_mla_ws_o_map(p, kN, &map_o)) {

@@ -218,18 +218,5 @@ KESTREL_KEYS_M_HD uint32_t partial_box_base(int t, int odd) {
 KESTREL_KEYS_M_HD uint32_t partial_store_offset(uint32_t base, int k, int step) {
   return (base ^ static_cast<uint32_t>(step << 4)) + static_cast<uint32_t>(1024 * (k / 2));
 }
-// The wide form's (64 rows): warpgroup c's 256 features of the 64 rows as 8 boxes of 64 rows x 32
-// f32 (8,192 bytes apart; box 8 c + b of the 16 holds features 32 (8 c + b) ..). Thread (w, g, q4)
-// holds features 8 u .. 8 u + 7 of the warpgroup's (u = pv_wide_unit(w, g)) for its 16 columns:
-// units 2 (u % 4) + i (i = 0, 1) of row n_k in box u / 4. A quarter warp's two g hold units u, u + 1
-// (u even): storing unit i at step i, their rows' units would be 2 (u % 4) ^ i ^ n8 and that ^ 2,
-// the same 4 bank groups; odd g store unit i ^ 1 at step i (partial_unit_at_step) and fill the
-// other 4. The offset from warpgroup c's staging (its 64 KB); partial_store_offset adds the step
-// and the slot's 8 rows.
-constexpr int kWidePartialBoxBytes = 64 * 128;
-KESTREL_KEYS_M_HD uint32_t wide_partial_box_base(int t, int odd) {
-  const int w = t / 32, g = (t % 32) / 4, q4 = t % 4, u = pv_wide_unit(w, g), n8 = 2 * q4 + odd;
-  return static_cast<uint32_t>((u / 4) * kWidePartialBoxBytes + n8 * 128 + ((2 * (u % 4)) ^ (g & 1) ^ n8) * 16);
-}
 
 }  // namespace kestrel::ops::cuda::keys_m
