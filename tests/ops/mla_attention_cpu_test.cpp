@@ -508,6 +508,17 @@ TEST(MlaAttentionRule, KeysMOBoxesForOneSplit) {
   EXPECT_FALSE(mla_attention_keys_m_o_boxes(0));  // no plan
 }
 
+// v3's partial boxes (the 32-row form): splits of at most 2048 keys of the planning length.
+TEST(MlaAttentionRule, KeysMPartialBoxesForShortSplits) {
+  EXPECT_FALSE(mla_attention_keys_m_partial_boxes(1024, 1));   // one split writes o
+  EXPECT_FALSE(mla_attention_keys_m_partial_boxes(1024, 0));   // no plan
+  EXPECT_TRUE(mla_attention_keys_m_partial_boxes(1024, 32));   // B 1 at 1k keys
+  EXPECT_TRUE(mla_attention_keys_m_partial_boxes(8192, 8));    // decode B8 8k H 32 (measured 1.09x)
+  EXPECT_TRUE(mla_attention_keys_m_partial_boxes(32768, 16));  // exactly 2048 (B8 32k: 1.014x)
+  EXPECT_FALSE(mla_attention_keys_m_partial_boxes(32769, 16));
+  EXPECT_FALSE(mla_attention_keys_m_partial_boxes(32768, 8));  // 4096 keys a split (0.985-0.988x)
+}
+
 TEST(MlaAttentionCpu, OneKeyGivesItsValueAndScore) {
   Problem p = make(3, 1, 1, 1);
   mla_attention(Backend::cpu, p.args(false, 1.0f));

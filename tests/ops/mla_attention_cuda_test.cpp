@@ -781,11 +781,12 @@ TEST_F(MlaAttentionCuda, KeysMBalancedSplitsAreTaken) {
                             "balanced splits against one");
 }
 
-// v3's 32-row form with splits stages a row tile's f32 partial as 16 boxes in the stages and sends
-// a whole row tile's by tensor copy, a partial one's rows by the threads; the wide form writes its
-// partials row by row (its boxes measured no faster). Ragged batches (H 16 verify of 1-4 queries and
-// H 32 verify of 1-4: whole 32- and 64-row tiles and partial ones; H 32 decode: whole 32-row tiles,
-// half 64-row ones), 2 and 5 splits forced, against one split (no partials) within
+// v3's 32-row form with splits of at most 2048 keys (mla_attention_keys_m_partial_boxes) stages a
+// row tile's f32 partial as 16 boxes in the stages and sends a whole row tile's by tensor copy, a
+// partial one's rows by the threads; longer splits and the wide form write their partials row by
+// row. Ragged batches (H 16 verify of 1-4 queries and H 32 verify of 1-4: whole 32- and 64-row
+// tiles and partial ones; H 32 decode: whole 32-row tiles, half 64-row ones), 2 splits (past 2048
+// keys: rows), 3 and 5 forced, against one split (no partials) within
 // the fast precision's rounding. Each call runs first on other values of the same shape, so that a
 // partial row left unwritten would show that call's stale workspace (scratch_alloc hands the same
 // block back).
@@ -796,10 +797,10 @@ TEST_F(MlaAttentionCuda, KeysMPartialsByTensorCopyForSplits) {
   };
   struct Form {
     MlaAttentionKernel kernel;
-    const char* name;  // the launch name's end
-    bool boxes;
+    const char* name;  // the launch name, up to the partials' suffix
+    bool boxes;        // where mla_attention_keys_m_partial_boxes holds
   };
-  for (const Form form : {Form{MlaAttentionKernel::wgmma_keys_m, "e4m3 QK> + q by tensor copy + partials by tensor copy", true},
+  for (const Form form : {Form{MlaAttentionKernel::wgmma_keys_m, "e4m3 QK> + q by tensor copy", true},
                           Form{MlaAttentionKernel::wgmma_keys_m_wide, "64 rows> + q by tensor copy", false}})
   for (const Batch& batch : {Batch{16, {1, 2, 3, 4, 2, 1, 4}, {1500, 3000, 700, 5000, 2100, 64, 4100}},
                              Batch{32, {2, 4, 1, 3}, {2500, 4100, 900, 3333}},
@@ -826,14 +827,16 @@ TEST_F(MlaAttentionCuda, KeysMPartialsByTensorCopyForSplits) {
     EXPECT_FALSE(launched(run_split(one, 1), "partials")) << "one split writes o itself";
     const std::vector<uint16_t> o_one = testing_util::download<uint16_t>(one.o);
     const std::vector<float> lse_one = testing_util::download<float>(one.lse);
-    for (int32_t splits : {2, 5}) {
+    for (int32_t splits : {2, 3, 5}) {  // (2: splits past 2048 keys in each batch, rows)
       const std::string what = str(form.name, ", H ", H, ", ", Tq, " tokens, ", splits, " splits");
       Problem stale = problem(6101 + static_cast<uint64_t>(splits));
       run_split(stale, splits);
       Problem p = problem(5101 + static_cast<uint64_t>(H));
       const auto log = run_split(p, splits);
+      const bool boxes = form.boxes && mla_attention_keys_m_partial_boxes(p.max_pages() * p.page_size, splits);
+      EXPECT_EQ(boxes, form.boxes && splits > 2) << what;  // both sides of the rule
       EXPECT_TRUE(launched(log, form.name)) << what;
-      EXPECT_EQ(launched(log, "partials"), form.boxes) << what;
+      EXPECT_EQ(launched(log, "partials"), boxes) << what;
       EXPECT_TRUE(launched(log, "combine")) << what;
       expect_fast_outputs_agree(testing_util::download<uint16_t>(p.o), testing_util::download<float>(p.lse), o_one, lse_one, what);
     }

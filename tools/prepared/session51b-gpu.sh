@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The fifty-first session's combined job (not run there: no machine). Its binaries come from
-# tools/prepared/build-s51.sh (main and the patches ws-boxes.patch, km-lead2.patch), carried
+# The fifty-first session's combined job (not run there: no machine; ran in the fifty-second, job
+# 1). Its binaries come from build-s51.sh (`git show 741bd06:tools/prepared/build-s51.sh`, from a
+# checkout of 741bd06: main and the patches ws-boxes.patch, km-lead2.patch), carried
 # packed: s51.tar.xz with m = main's kestrel-bench, ws = ws-boxes, mut-ws / mut-wsw; s51b.tar.xz
 # with lead = km-lead2 (on ws-boxes), mut-lead = cuda_mla_keys_m_lead_q_release, mut-leadh =
 # cuda_mla_keys_m_lead_handover. Runs from a checkout of main (the tests are in the binaries).

@@ -3,7 +3,7 @@
 # every fp8 fast dispatch case of kestrel-bench (mla_attention/<shape>-fp8_e4m3-qfp8-fastP: H 32 /
 # 96 / 128, decode and verify 2 / 4 / 8, B 1 / 8 / 32 / 128, 1k / 8k / 32k keys), to find where
 # ws's staged partials lose (decode B1 32k H 32 lost 8% in the first job) and fit their rule.
-# Binaries: tools/prepared/build-s51.sh; carry .gpu-var/s51.tar.xz and .gpu-var/s51b.tar.xz.
+# Binaries: build-s51.sh as at 741bd06 (see session51b-gpu.sh); carry .gpu-var/s51.tar.xz and .gpu-var/s51b.tar.xz.
 # Knob: AB_ROUNDS (2).
 source tools/prepared/job-lib.sh
 for f in s51 s51b; do tar xJf .gpu-var/$f.tar.xz -C .gpu-var; done

@@ -215,6 +215,19 @@ int64_t mla_attention_keys_m_splits(int64_t batch, int64_t row_tiles, int64_t kv
 // 8k one-split wide shapes, 0.996x at decode B 128 32k H 128); the bound went in the forty-ninth,
 // once its tests past 2048 keys passed on the device.
 constexpr bool mla_attention_keys_m_o_boxes(int64_t splits) { return splits == 1; }
+// Whether v3's 32-row form sends a whole row tile's f32 split partial out as 16 boxes by tensor copy
+// from the stages (stage_partials) rather than as 32 scattered 16-byte stores a writer thread:
+// where the call has splits of at most kMlaAttentionKeysMPartialBoxMaxKeys keys of the planning
+// length, the kernel that has them (its own instantiation, which spills 80 / 84 bytes against the
+// rows' 28 / 28). Measured (H100, fifty-second session, docs/perf.md, every fp8 fast dispatch case):
+// 1.03-1.18x on the 35 shapes with splits of 32-1639 keys (decode B8 8k H 32 1.09x, verify 2 B8
+// 1k H 32 1.18x), 1.008-1.014x at 2048 (B8 32k and B32 8k, H 32 decode), 0.985-0.997x from 4096
+// (decode B8 32k and B32 16k / 32k at H 96, B32 32k at H 32). The wide form keeps its rows (its
+// boxes measured 0.87-1.01x).
+inline constexpr int64_t kMlaAttentionKeysMPartialBoxMaxKeys = 2048;
+constexpr bool mla_attention_keys_m_partial_boxes(int64_t kv_len, int64_t splits) {
+  return splits > 1 && (kv_len + splits - 1) / splits <= kMlaAttentionKeysMPartialBoxMaxKeys;
+}
 // v3 wide's walk with its lead (a pure function, docs/ops/mla_attention.md): where the call has one
 // split (the o boxes) and more row tiles than SMs (batch x row_tiles > num_sms), floor(num_sms /
 // row_tiles) CTAs a row tile (at least one, at most the batch), each walking every that-many-th

@@ -1265,7 +1265,8 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // QK on the e4m3 operands as they are (the tensor core's fp8 accumulation; its bound is in
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
 // The 32-row form writes a whole row tile's split partial by tensor copy (stage_partials) where the
-// call has splits and the driver encodes ws_o's map. (The wide form's, staged alike, measured
+// call has splits of at most 2048 keys (mla_attention_keys_m_partial_boxes) and the driver encodes
+// ws_o's map. (The wide form's, staged alike, measured
 // 0.98-1.01x with whole row tiles and 0.87-0.92x at the H 32 decode's half tiles: fifty-second
 // session, docs/perf.md; its partials go out row by row.)
 // The wide form writes a whole row tile's o by tensor copy when the call has one split
@@ -1293,7 +1294,8 @@ void launch_mla_attention_keys_m(const MlaAttentionParams& p, dim3 grid, bool sp
     }
   } else if (wide) {
     launch<false, true, kWide>(p, grid, map_o, map_q, q_tma, s);
-  } else if (p.splits > 1 && encode_mla_ws_o_map(p, kN, &map_o)) {
+  } else if (mla_attention_keys_m_partial_boxes(static_cast<int64_t>(p.max_pages) * p.page_size, p.splits) &&
+             encode_mla_ws_o_map(p, kN, &map_o)) {
     launch<false, true, kN, kOutPartialBoxes>(p, grid, map_o, map_q, q_tma, s);
   } else {
     launch<false, true, kN>(p, grid, map_o, map_q, q_tma, s);
