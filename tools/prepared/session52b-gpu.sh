@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The fifty-second session's third job: the landed code (ws-boxes' 32-row part bound to 2048-key
 # splits, the wide form's rows, main's row loop; km-lead2) proven and measured against main at
-# 6dd8cd7, and the H 32 decode's two forms. Carry .gpu-var/s52.tar.xz: land (kestrel-bench, kestrel-tests of this commit), m (main
-# 6dd8cd7's kestrel-bench), mut-ws (kestrel-tests with cuda_mla_keys_m_ws_swizzle).
+# 6dd8cd7, and the H 32 decode's two forms (~2 minutes). Binaries: tools/prepared/build-s52.sh;
+# carry .gpu-var/s52.tar.xz (land: kestrel-bench and kestrel-tests of main as landed, m: main
+# 6dd8cd7's kestrel-bench, mut-ws: kestrel-tests with cuda_mla_keys_m_ws_swizzle).
 source tools/prepared/job-lib.sh
 tar xJf .gpu-var/s52.tar.xz -C .gpu-var
 P=.gpu-var/land/kestrel-tests
