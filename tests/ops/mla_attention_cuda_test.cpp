@@ -786,10 +786,9 @@ TEST_F(MlaAttentionCuda, KeysMBalancedSplitsAreTaken) {
 // partial one's rows by the threads; longer splits and the wide form write their partials row by
 // row. Ragged batches (H 16 verify of 1-4 queries and H 32 verify of 1-4: whole 32- and 64-row
 // tiles and partial ones; H 32 decode: whole 32-row tiles, half 64-row ones), 2 splits (past 2048
-// keys: rows), 3 and 5 forced, against one split (no partials) within
-// the fast precision's rounding. Each call runs first on other values of the same shape, so that a
-// partial row left unwritten would show that call's stale workspace (scratch_alloc hands the same
-// block back).
+// keys: rows), 3 and 5 forced, against one split (no partials) within the fast precision's
+// rounding. Each call runs first on other values of the same shape, so that a partial row left
+// unwritten would show that call's stale workspace (scratch_alloc hands the same block back).
 TEST_F(MlaAttentionCuda, KeysMPartialsByTensorCopyForSplits) {
   struct Batch {
     int64_t H;

@@ -476,10 +476,10 @@ TEST(MlaAttentionKeysMLayout, WideOBoxStoresAreTheSwizzledUnits) {
 struct StagedStore {
   uint32_t at, want, unpermuted;
 };
-// The checks both staged-partials tests make over the stores of each quarter warp's instructions
-// (8 each): every store where the swizzle puts its unit, the staging's `units` 16-byte units
-// covered exactly once, each instruction's stores in 8 distinct 16-byte bank groups (one
-// wavefront), and the unpermuted order's 2-way conflict (so that the test can tell).
+// The staged-partials checks over the stores of each quarter warp's instructions (8 each): every
+// store where the swizzle puts its unit, the staging's `units` 16-byte units covered exactly once,
+// each instruction's stores in 8 distinct 16-byte bank groups (one wavefront), and the unpermuted
+// order's 2-way conflict (so that the test can tell).
 void expect_staged_partials(const std::vector<std::array<StagedStore, 8>>& instructions, size_t units) {
   std::vector<int> seen(units, 0);
   int worst = 0, worst_unpermuted = 0;

@@ -617,6 +617,13 @@ std::string run_model(const std::vector<int>& ntiles_of, uint64_t seed, int bug 
   return s.failed ? s.why : "";
 }
 
+// A row-tile list (KV tiles each) for a failure message: "row tiles [7 0 9 ]".
+std::string row_tiles_text(const std::vector<int>& ntiles) {
+  std::string list;
+  for (int n : ntiles) list += std::to_string(n) + " ";
+  return "row tiles [" + list + "]";
+}
+
 // 40 random lists of 1-4 row tiles of 0-9 KV tiles each: the model finds nothing.
 void expect_random_row_tiles(uint64_t seed, bool wide = false, int stages = kMaxStages, bool one_pt_buffer = false) {
   std::mt19937_64 rng(seed);
@@ -624,9 +631,7 @@ void expect_random_row_tiles(uint64_t seed, bool wide = false, int stages = kMax
     std::vector<int> ntiles(1 + rng() % 4);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10);
     const std::string err = run_model(ntiles, rng(), kNone, wide, stages, one_pt_buffer);
-    std::string list;
-    for (int n : ntiles) list += std::to_string(n) + " ";
-    ASSERT_EQ(err, "") << "row tiles [" << list << "]";
+    ASSERT_EQ(err, "") << row_tiles_text(ntiles);
   }
 }
 
@@ -704,9 +709,7 @@ TEST(MlaAttentionKeysMProtocol, WideBoxesWaitAtTheRowTileBarrier) {
   for (int iter = 0; iter < 30; ++iter) {
     std::vector<int> ntiles(1 + rng() % 4);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    std::string list;
-    for (int n : ntiles) list += std::to_string(n) + " ";
-    ASSERT_EQ(run_model(ntiles, rng(), kNone, true, kMaxStages, false, -1, true), "") << "row tiles [" << list << "]";
+    ASSERT_EQ(run_model(ntiles, rng(), kNone, true, kMaxStages, false, -1, true), "") << row_tiles_text(ntiles);
   }
   const std::vector<int> tiles = {7, 0, 9, 5, 8};
   bool caught = false;
@@ -724,9 +727,7 @@ TEST(MlaAttentionKeysMProtocol, StagedPartialsBeforeTheRowTileBarrier) {
   for (int iter = 0; iter < 30; ++iter) {
     std::vector<int> ntiles(1 + rng() % 4);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10);
-    std::string list;
-    for (int n : ntiles) list += std::to_string(n) + " ";
-    ASSERT_EQ(run_model(ntiles, rng(), kNone, false, kMaxStages, false, -1, false, true), "") << "row tiles [" << list << "]";
+    ASSERT_EQ(run_model(ntiles, rng(), kNone, false, kMaxStages, false, -1, false, true), "") << row_tiles_text(ntiles);
   }
   const std::vector<int> tiles = {7, 0, 9, 5, 8};
   bool caught = false;
@@ -743,10 +744,8 @@ TEST(MlaAttentionKeysMProtocol, WideBoxesLeadKeepsItsStagesAndQ) {
   for (int iter = 0; iter < 30; ++iter) {
     std::vector<int> ntiles(1 + rng() % 8);
     for (int& n : ntiles) n = static_cast<int>(rng() % 10) / (rng() % 2 + 1);
-    std::string list;
-    for (int n : ntiles) list += std::to_string(n) + " ";
     const int slow_wg = static_cast<int>(iter % 3) - 1;
-    ASSERT_EQ(run_model(ntiles, rng(), kNone, true, kMaxStages, false, slow_wg, true, false, true), "") << "row tiles [" << list << "]";
+    ASSERT_EQ(run_model(ntiles, rng(), kNone, true, kMaxStages, false, slow_wg, true, false, true), "") << row_tiles_text(ntiles);
   }
   const auto caught = [](const std::vector<int>& tiles, int bug) {
     for (uint64_t seed = 10; seed < 40; ++seed)

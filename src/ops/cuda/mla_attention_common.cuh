@@ -230,8 +230,8 @@ bool encode_mla_q8_map(const MlaAttentionParams& p, CUtensorMap* map);
 bool encode_mla_o_map(const MlaAttentionParams& p, CUtensorMap* map);
 
 // A tensor map over the splits' f32 partials ws_o as [splits x Tq x H][512] rows, boxes of 32
-// columns x box_rows rows, 128-byte swizzle (v3's split partials staged as 16 boxes a row tile of
-// 32 or 64 rows); false when ws_o is unset or misaligned, its rows exceed an int, or the driver
+// columns x box_rows rows, 128-byte swizzle (v3's 32-row form's split partials, staged as 16 boxes
+// a row tile); false when ws_o is unset or misaligned, its rows exceed an int, or the driver
 // refuses the map.
 bool encode_mla_ws_o_map(const MlaAttentionParams& p, int box_rows, CUtensorMap* map);
 

@@ -80,12 +80,12 @@
 // first KV tile), else through the consumers' registers (load_q). Forty-sixth session (H100, the
 // CTA timeline, docs/perf.md): at B 128 1k the o stores took 6.2 us and Q 3.1 us of a 38 us row
 // tile; with both, 2.8 and 1.9.
-// The 32-row form with splits writes a row tile's f32 partial the same way (kOutPartialBoxes:
-// stage_partials, 16 boxes of 32 f32 x 32 rows in the stages, by tensor copy into ws_o; a partial
-// row tile's rows copied out of the staging), where each writer
-// thread issued 32 scattered 16-byte stores at the CTA's end (the forty-ninth session's probe
-// without any: 1.19x at decode B8 8k H 32). Staged in the fast layout's unit order, a quarter warp's two g stored into the same 4
-// bank groups; odd g store their units in the other order (km::partial_unit_at_step).
+// The 32-row form with splits of at most 2048 keys writes a row tile's f32 partial the same way
+// (kOutPartialBoxes: stage_partials, 16 boxes of 32 f32 x 32 rows in the stages, by tensor copy
+// into ws_o; a partial row tile's rows copied out of the staging), where each writer thread issued
+// 32 scattered 16-byte stores at the CTA's end (the forty-ninth session's probe without any: 1.19x
+// at decode B8 8k H 32). Staged in the fast layout's unit order, a quarter warp's two g stored into
+// the same 4 bank groups; odd g store their units in the other order (km::partial_unit_at_step).
 //
 // Measured (H200, docs/perf.md): decode B128 8k H32, fast, 161 us (89% of copy; v2 349), B128
 // 32k 598 us (96%), nineteenth session; wide, twentieth session: H128 decode B128 8k 469 us (76%
@@ -100,10 +100,12 @@
 //   stages  4 x 64 rows x 608 B                155,648 (the first 64 KB: the merge exchange; the
 //                                              fast layout uses 36,976 B of each 38,912)
 //   maxima  [2][4 warps][32] f32, m and l [2][2][32] f32 (wide: [m, l][64]), causal limits [64]
-//   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4], Q's:
-//   215,384 bytes, 216,408 with the alignment slack. (The wide form's o boxes: the first 64 KB of
-//   the stages, once the row tile has consumed every tile, its partial boxes the first 128 KB; the
-//   32-row form's partial boxes the 64 KB past the exchange; see the protocol for a walking CTA.)
+//   i32, wide rescale factors [2][64] f32 and flags [2][2] i32, mbarriers full[4], empty[4], Q's
+//   full and empty, the lead's handover and its acknowledgement: 215,408 bytes, 216,432 with the
+//   alignment slack. (The wide form's o boxes: the first 64 KB of
+//   the stages, once the row tile has consumed every tile, or with the lead the stages of tiles
+//   ti_end + 2 + c; the 32-row form's partial boxes the 64 KB past the exchange; see the protocol
+//   for a walking CTA.)
 //
 // Barrier protocol (tile counter ti over every tile of the CTA, across row tiles):
 //   full[ti % 4]   count 4 + tx: each producer warp's lane 0 arrive.expect_tx(576 x rows it copies)
@@ -136,9 +138,10 @@
 // 128) after warpgroup c staged its boxes (fence.proxy.async first); its thread 0 then copies them
 // and waits for their reads; where the CTA walks on to another row tile (a sequence with more rows
 // than the grid plans), the row tile and ack barriers as in the 32-row form, so that the producers
-// fill the stages only after the staged o left them. The 32-row form's partial boxes: (11 + c, 64) after warpgroup c's two writer warps
-// staged their 8 boxes (past the exchange, which the other warpgroup's writers may still read);
-// the first writer copies them and waits for their reads before the row tile barrier.
+// fill the stages only after the staged o left them. The 32-row form's partial boxes: (11 + c, 64)
+// after warpgroup c's two writer warps staged their 8 boxes (past the exchange, which the other
+// warpgroup's writers may still read); the first writer copies them and waits for their reads
+// before the row tile barrier.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -249,7 +252,7 @@ static_assert(km::row_offset8(kKeys - 1) + kDqk <= static_cast<int>(kStageBytes)
 
 constexpr int kBarQ = 1, kBarMax = 2, kBarP = 4, kBarMerge = 6, kBarRowTile = 7, kBarVote = 8, kBarRowTileAck = 10;
 // How a CTA's output leaves (the kernel's kOut): row by row; the wide form's o (one split) as boxes
-// by tensor copy from the stages; either form's split partials likewise (stage_partials).
+// by tensor copy from the stages; the 32-row form's split partials likewise (stage_partials).
 // kOutOBoxesLead: the o boxes of a CTA that walks the batch (producer_lead).
 constexpr int kOutRows = 0, kOutOBoxes = 1, kOutPartialBoxes = 2, kOutOBoxesLead = 3;
 constexpr int kBarO = 11;  // + c: warpgroup c's o boxes (the wide form) or its writers' partial boxes (32 rows) staged
@@ -745,9 +748,9 @@ __device__ __forceinline__ float merge_factor(float m, float m_ref) { return m =
 // stores are one wavefront), then the warpgroup's first writer copies its 8 boxes to the split's
 // rows of ws_o (ws_map: [splits x Tq x H][512] f32) and waits for their reads; a partial row
 // tile's rows go out of the staging by the writers (one path for both: with the rows' stores
-// beside the boxes the instantiation spilled 84 bytes with 252 of reloads, now 76 / 88). Each writer thread
-// issued 32 scattered 16-byte stores to global memory at the CTA's end (the forty-ninth session's
-// probe without them: up to 1.19x at decode B8 8k H 32).
+// beside the boxes the instantiation spilled 84 bytes with 252 of reloads, now 80 / 84). Each
+// writer thread issued 32 scattered 16-byte stores to global memory at the CTA's end (the
+// forty-ninth session's probe without them: up to 1.19x at decode B8 8k H 32).
 template <typename ValuesOf>
 __device__ __forceinline__ void stage_partials(const MlaAttentionParams& p, const SeqPlan& s, const TilePlan& tp, int split,
                                                uint32_t base, uint8_t* base_ptr, const CUtensorMap* ws_map, int c, int t,
@@ -901,7 +904,7 @@ __device__ __forceinline__ void consumer(const MlaAttentionParams& p, const SeqP
           if (c == 0 && w == 0 && g == 0 && col_of_slot(q4, k) < tp.rows_here)
             p.ws_lse[mla_ws_row(p, s, split, tp.r0 + col_of_slot(q4, k))] = lse2;
         });
-      } else {  // (main's loop as it was: written through a shared lambda, this instantiation spilled 36 / 96 bytes against 28 / 28)
+      } else {  // (a loop of its own: through a lambda shared with the staging, this instantiation spilled 36 / 96 bytes, not 28 / 28)
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const int n = col_of_slot(q4, k);
@@ -1266,9 +1269,9 @@ void launch(const MlaAttentionParams& p, dim3 grid, const CUtensorMap& map_o, co
 // docs/ops/mla_attention.md), in 32-row CTAs or (wide) 64-row ones.
 // The 32-row form writes a whole row tile's split partial by tensor copy (stage_partials) where the
 // call has splits of at most 2048 keys (mla_attention_keys_m_partial_boxes) and the driver encodes
-// ws_o's map. (The wide form's, staged alike, measured
-// 0.98-1.01x with whole row tiles and 0.87-0.92x at the H 32 decode's half tiles: fifty-second
-// session, docs/perf.md; its partials go out row by row.)
+// ws_o's map. (The wide form's, staged alike, measured 0.98-1.01x with whole row tiles and
+// 0.87-0.92x at the H 32 decode's half tiles: fifty-second session, docs/perf.md; its partials go
+// out row by row.)
 // The wide form writes a whole row tile's o by tensor copy when the call has one split
 // (mla_attention_keys_m_o_boxes) and o's tokens lie H rows apart (encode_mla_o_map), else row by
 // row; past one wave, with Q by tensor copy, it walks the batch with the producers' lead
