@@ -238,8 +238,9 @@ MlaAttentionKernel mla_attention_cuda_kernel(MlaAttentionKernel requested, int c
   const int64_t wide_rows = wide_tiles * kMlaAttentionKeysMWideTileRows;
   const int64_t wide_work = batch * wide_tiles * kv_len;
   // Wide where its tiles are nearly full and the work large, and for the little work of a
-  // sequence of at most 32 rows (the H 32 decode: measured 1.10-1.22x faster wide there, half its
-  // tile padding and all; why was not profiled).
+  // sequence of at most 32 rows (the H 32 decode: 3-6% faster wide at 8192, B 1 at 8k and B 8 at
+  // 1k, half its tile padding and all; at 32768 the 32-row form with its partial boxes is 4-6%
+  // faster; between the two not measured).
   const bool wide = fast_precision && ((4 * (wide_rows - rows) < wide_rows && wide_work >= kMlaAttentionKeysMWideMinTileKeys) ||
                                        (rows <= kMlaAttentionKeysMTileRows && wide_work <= kMlaAttentionKeysMWideMaxShortKeys));
   return wide ? MlaAttentionKernel::wgmma_keys_m_wide : MlaAttentionKernel::wgmma_keys_m;

@@ -114,7 +114,7 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 8, 9, true, 32, 128, 8192, false), K::mma_sync);
   // At the fast precision v3 at any size, in its wide form (64 query rows per CTA) when 64-row
   // tiles carry less than a quarter padding and batch x ceil(rows / 64) x kv_len >= 98304, or when
-  // rows <= 32 and that work is at most 32768; a forced kernel stays forced.
+  // rows <= 32 and that work is at most 16384; a forced kernel stays forced.
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 128, 8192, true), K::wgmma_keys_m_wide);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 128, 8192, true), K::wgmma_keys_m_wide);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 49, 128, 8192, true), K::wgmma_keys_m_wide);
@@ -131,10 +131,14 @@ TEST(MlaAttentionRule, CudaKernelChoice) {
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 192, 1, 32768, true), K::wgmma_keys_m_wide);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 64, 1, 8192, true), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 128, 1, 1024, true), K::wgmma_keys_m);
-  // rows <= 32 (the H 32 decode) with little work: wide up to 32768 (B 1 at 32k, B 32 at 1k).
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 32768, true), K::wgmma_keys_m_wide);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 32, 1024, true), K::wgmma_keys_m_wide);
-  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 32769, true), K::wgmma_keys_m);
+  // rows <= 32 (the H 32 decode) with little work: wide up to 16384 (B 1 at 8k-16k, B 8 at 1k);
+  // the 32-row form at 32768 (B 1 at 32k, B 32 at 1k).
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 8192, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 1024, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 16384, true), K::wgmma_keys_m_wide);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 16385, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 32768, true), K::wgmma_keys_m);
+  EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 32, 1024, true), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 8, 8192, true), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 33, 1, 1024, true), K::wgmma_keys_m);
   EXPECT_EQ(mla_attention_cuda_kernel(K::automatic, 9, 0, true, 32, 1, 1024, false), K::wgmma);

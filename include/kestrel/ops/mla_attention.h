@@ -143,7 +143,9 @@ constexpr bool mla_attention_lookahead(bool tma_mode, bool split_p, int64_t spli
 // batch x ceil(rows / 64) x kv_len, is at least kMlaAttentionKeysMWideMinTileKeys, or rows <= 32
 // and that work is at most kMlaAttentionKeysMWideMaxShortKeys (H100, forty-fifth session, the fp8
 // grid on each kernel: v2 was slower than v3 on every shape; of the 23 shapes the rule then moved,
-// 22 gained 1.02-1.40x and one measured 0.97x there, 1.01x in an A/B). For a bf16 cache (any q) at the fast precision, the bf16
+// 22 gained 1.02-1.40x and one measured 0.97x there, 1.01x in an A/B; the bound was 32768 until the
+// fifty-third session, H100: with the 32-row form's partial boxes it is 1.04-1.06x faster than the
+// wide one at 32768, B 1 at 32k and B 32 at 1k, and still 3-6% slower at 8192). For a bf16 cache (any q) at the fast precision, the bf16
 // keys-as-M kernel when a sequence's rows fit one 32-row tile (rows <= 32: an H 32 decode) and
 // batch x kv_len >= kMlaAttentionKeysMBf16MinKeys (H200, twenty-third session: 1.04-1.17x over v2
 // from B 128 x 1k and B 8 x 32k up; v2 faster below, and 1.7-2x faster with more rows, where the
@@ -167,7 +169,7 @@ inline constexpr int64_t kMlaAttentionKeysMTileRows = 32;      // query rows per
 inline constexpr int64_t kMlaAttentionKeysMWideTileRows = 64;  // and of its wide form
 inline constexpr int64_t kMlaAttentionKeysMMinTileKeys = 24576;
 inline constexpr int64_t kMlaAttentionKeysMWideMinTileKeys = 98304;
-inline constexpr int64_t kMlaAttentionKeysMWideMaxShortKeys = 32768;
+inline constexpr int64_t kMlaAttentionKeysMWideMaxShortKeys = 16384;
 inline constexpr int64_t kMlaAttentionKeysMBf16MinKeys = 131072;
 inline constexpr int64_t kMlaAttentionSeesaw64TileRows = 64;  // query rows per CTA of v4 (and of v2)
 inline constexpr int64_t kMlaAttentionSeesaw64MinSplitKeys = 4096;
