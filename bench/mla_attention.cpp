@@ -129,6 +129,13 @@ void add_mla_attention_benches(Registry& r) {
           for (const int64_t B : {1, 8, 32, 128})
             for (const int64_t ctx : {1024, 8192, 32768}) add(DType::fp8_e4m3, DType::fp8_e4m3, H, q_len, B, ctx, kernel, precision);
     }
+  // The H 32 decode between the grid's batch x kv_len of 8192 and 32768, where the automatic choice
+  // between v3's two forms changes (kMlaAttentionKeysMWideMaxShortKeys): 16384 and 24576 tile-keys
+  // as one long sequence, a few and many short ones; automatic and each form forced.
+  const std::pair<int64_t, int64_t> h32_short_work[] = {{1, 16384}, {2, 8192}, {16, 1024}, {1, 24576}, {3, 8192}, {24, 1024}};
+  for (const auto& [B, ctx] : h32_short_work)
+    for (const auto kernel : {automatic, ops::MlaAttentionKernel::wgmma_keys_m, ops::MlaAttentionKernel::wgmma_keys_m_wide})
+      add(DType::fp8_e4m3, DType::fp8_e4m3, 32, 1, B, ctx, kernel, fast);
   // The bf16-cache keys-as-M kernel beside v2, both forced, P rounded once: the H 32 decode over
   // the batch and context grid, H 96 / 128 and verify 2 / 4 / 8 at B 128 8k.
   for (const auto kernel : {ops::MlaAttentionKernel::wgmma_keys_m_bf16, ops::MlaAttentionKernel::wgmma}) {
