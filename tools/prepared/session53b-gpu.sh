@@ -5,9 +5,10 @@
 # cuda/*mla_attention* matrix) and A/B'd against main as landed before it (land, .gpu-var/s52.tar.xz)
 # on the H 32 decodes the bound moves (B1 32k, B32 1k), those it keeps wide (B1 1k / 8k, B8 1k),
 # controls, and the 32-row and wide forms forced on them, 3 rounds; then new's cases between
-# 8192 and 32768 tile-keys (bench/mla_attention.cpp), each form forced. On an H200 also issue 3's bf16
-# goal rows beside FlashMLA (scripts/gpu-mla-goal-rows, carry .peers/flashmla-bench) and the fp8
-# fast grid with the ceilings, on new. Carry .gpu-var/s52.tar.xz, .gpu-var/s53.tar.xz, .peers/flashmla-bench.
+# 8192 and 32768 tile-keys (bench/mla_attention.cpp), each form forced; v3 wide's lead under
+# sustained load (m against land). On an H200 also issue 3's bf16 goal rows beside FlashMLA
+# (scripts/gpu-mla-goal-rows, carry .peers/flashmla-bench) and the fp8 fast grid with the
+# ceilings, on new. Carry .gpu-var/s52.tar.xz, .gpu-var/s53.tar.xz, .peers/flashmla-bench.
 source tools/prepared/job-lib.sh
 tar xJf .gpu-var/s52.tar.xz -C .gpu-var && tar xJf .gpu-var/s53.tar.xz -C .gpu-var
 P=.gpu-var/new/kestrel-tests
@@ -28,6 +29,15 @@ g=(); for sh in decode-B1-ctx16384-H32 decode-B2-ctx8192-H32 decode-B16-ctx1024-
 for r in 1 2; do
   step "cross$r" 90 .gpu-var/new/kestrel-bench --reps 20 --no-ceilings "${g[@]}"
   grep -E "^mla_attention" "$OUT/z/cross$r.log" | awk '{print $1, $5}' | sed 's/-fp8_e4m3-qfp8-fastP//'
+done
+# v3 wide's walk with the lead (landed in the fifty-second session) against main before it (m,
+# 6dd8cd7) on walked wide shapes at 8k / 32k under sustained load (the power cap), where the short
+# runs spread 3-10%: m, land, land, m on each shape.
+for sh in decode-B128-ctx8192-H128 verify2-B128-ctx8192-H96 verify4-B128-ctx8192-H32 decode-B128-ctx32768-H128; do
+  reps=4000; [[ $sh == *32768* ]] && reps=1200
+  for v in m land land m; do
+    echo "$sh $v: $(sustained "$v-$sh" .gpu-var/$v/kestrel-bench "mla_attention/$sh-fp8_e4m3-qfp8-fastP" $reps | tr '\n' ' ' | cut -c1-220)"
+  done
 done
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   OUT=$OUT/goal timeout 420 scripts/gpu-mla-goal-rows .gpu-var/new > "$OUT/z/goal.log" 2>&1
