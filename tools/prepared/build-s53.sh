@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds here (nvcc, no GPU) the binaries session53b-gpu.sh carries beside build-s52.sh's:
-# .gpu-var/s53.tar.xz with new = kestrel-bench and kestrel-tests of REV (default HEAD), in the
-# build folder build-s53 (incremental; ~40 minutes from scratch on 2 cores). Then:
+# .gpu-var/s53.tar.xz with new = kestrel-bench and kestrel-tests of REV (default HEAD), in a scratch
+# worktree (~40 minutes on 2 cores). Then:
 #   run: bash tools/prepared/session53b-gpu.sh   (carry .gpu-var/s52.tar.xz, .gpu-var/s53.tar.xz, .peers/flashmla-bench)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -10,8 +10,8 @@ REV=$(git rev-parse "${REV:-HEAD}")
 rm -rf "$S" && mkdir -p "$S"/new .gpu-var
 git worktree remove --force "$T" 2>/dev/null || rm -rf "$T"
 git worktree add --detach "$T" "$REV" >/dev/null
-cmake -S "$T" -B "$R/build-s53" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON >/dev/null
-ninja -C "$R/build-s53" kestrel-bench kestrel-tests >/dev/null && cp "$R/build-s53/kestrel-bench" "$R/build-s53/kestrel-tests" "$S/new/"
+cmake -S "$T" -B "$T/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON >/dev/null
+ninja -C "$T/build" kestrel-bench kestrel-tests >/dev/null && cp "$R/build-s53/kestrel-bench" "$R/build-s53/kestrel-tests" "$S/new/"
 strip "$S"/new/*
 (cd "$S" && tar cf - new | xz -T2 -6 > "$R/.gpu-var/s53.tar.xz") && echo "built .gpu-var/s53.tar.xz from $REV"
 git worktree remove --force "$T" && git worktree prune
