@@ -11,7 +11,7 @@ rm -rf "$S" && mkdir -p "$S"/new .gpu-var
 git worktree remove --force "$T" 2>/dev/null || rm -rf "$T"
 git worktree add --detach "$T" "$REV" >/dev/null
 cmake -S "$T" -B "$T/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKESTREL_CUDA=ON >/dev/null
-ninja -C "$T/build" kestrel-bench kestrel-tests >/dev/null && cp "$R/build-s53/kestrel-bench" "$R/build-s53/kestrel-tests" "$S/new/"
+ninja -C "$T/build" kestrel-bench kestrel-tests >/dev/null && cp "$T/build/kestrel-bench" "$T/build/kestrel-tests" "$S/new/"
 strip "$S"/new/*
 (cd "$S" && tar cf - new | xz -T2 -6 > "$R/.gpu-var/s53.tar.xz") && echo "built .gpu-var/s53.tar.xz from $REV"
 git worktree remove --force "$T" && git worktree prune
