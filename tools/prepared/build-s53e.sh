@@ -5,8 +5,7 @@
 # .gpu-var/s53.tar.xz with new (REV's own kestrel-bench and kestrel-tests), in one scratch worktree
 # (~45 minutes on 2 cores). Then (from a checkout of REV):
 #   run: bash tools/prepared/session53e-gpu.sh   (carry .gpu-var/s53.tar.xz, .gpu-var/s53e.tar.xz)
-# The job's tests are the patch's: run it from a tree with the patch applied (git apply), or from
-# a branch made of it.
+# (from main: the patch's tests are in the carried binaries).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 R=$PWD T=${TMPDIR:-/tmp}/kestrel-s53e S=${TMPDIR:-/tmp}/kestrel-s53e-bin
