@@ -1,7 +1,7 @@
 # Sourced by the prepared device jobs (tools/prepared/*-gpu.sh): strict mode, $OUT/z for the logs,
 # the clock t0, the card's name and limits, and step NAME LIMIT COMMAND... (runs COMMAND with a
 # time limit, its output to $OUT/z/NAME.log, and prints its status, seconds and last line), and
-# each_test and sustained (below).
+# each_test, sustained and goal_rows_and_fp8_grid (below).
 set -uo pipefail
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT/z"
@@ -50,4 +50,18 @@ ab_h32_splits() {
   ab_fp8_fast "$base" "$rounds" "decode-B1-ctx8192-H32 decode-B1-ctx32768-H32 decode-B8-ctx1024-H32 decode-B8-ctx8192-H32
     decode-B8-ctx32768-H32 decode-B32-ctx8192-H32 decode-B32-ctx32768-H32 verify2-B8-ctx8192-H32 verify2-B8-ctx32768-H32
     verify2-B32-ctx32768-H32 verify4-B8-ctx32768-H32 decode-B128-ctx8192-H32" "$@"
+}
+# goal_rows_and_fp8_grid DIR: issue 3's bf16 goal rows and whole bf16 grid beside FlashMLA
+# (scripts/gpu-mla-goal-rows into $OUT/goal, log $OUT/z/goal.log; carry .peers/flashmla-bench),
+# then DIR's whole fp8 fast grid with the ceilings measured in the same run ($OUT/z/fp8grid.json).
+goal_rows_and_fp8_grid() {
+  local dir=$1 n f=()
+  OUT=$OUT/goal timeout 420 scripts/gpu-mla-goal-rows "$dir" > "$OUT/z/goal.log" 2>&1
+  echo "goal rc=$? $(( $(date +%s) - t0 ))s"
+  grep -vE "^(mla_attention|decode-|verify|  )" "$OUT/z/goal.log" | grep -vE "^$" | cut -c1-200 | tail -40
+  for n in $("$dir/kestrel-bench" --list --filter mla_attention/ | awk '$1 ~ /^mla_attention\/.*-fp8_e4m3-qfp8-fastP$/ {print $1}'); do
+    f+=(--filter "$n")
+  done
+  step fp8grid 300 "$dir/kestrel-bench" --reps 10 --json "$OUT/z/fp8grid.json" "${f[@]}"
+  grep -E "copy|cuBLAS|ceiling" "$OUT/z/fp8grid.log" | head -3
 }

@@ -35,18 +35,13 @@ done
 # runs spread 3-10%: m, land, land, m on each shape.
 for sh in decode-B128-ctx8192-H128 verify2-B128-ctx8192-H96 verify4-B128-ctx8192-H32 decode-B128-ctx32768-H128; do
   reps=4000; [[ $sh == *32768* ]] && reps=1200
-  for v in m land land m; do
-    echo "$sh $v: $(sustained "$v-$sh" .gpu-var/$v/kestrel-bench "mla_attention/$sh-fp8_e4m3-qfp8-fastP" $reps | tr '\n' ' ' | cut -c1-220)"
+  for run in m1 land1 land2 m2; do  # (each run's own log: the first job overwrote a build's first with its second)
+    echo "== $sh $run"
+    sustained "$run-$sh" .gpu-var/${run%[12]}/kestrel-bench "mla_attention/$sh-fp8_e4m3-qfp8-fastP" $reps
   done
 done
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  OUT=$OUT/goal timeout 420 scripts/gpu-mla-goal-rows .gpu-var/new > "$OUT/z/goal.log" 2>&1
-  echo "goal rc=$? $(( $(date +%s) - t0 ))s"
-  grep -vE "^(mla_attention|decode-|verify|  )" "$OUT/z/goal.log" | grep -vE "^$" | cut -c1-200 | tail -40
-  B=.gpu-var/new/kestrel-bench
-  F=(); for n in $($B --list --filter mla_attention/ | awk '$1 ~ /^mla_attention\/.*-fp8_e4m3-qfp8-fastP$/ {print $1}'); do F+=(--filter "$n"); done
-  step fp8grid 300 $B --reps 10 --json "$OUT/z/fp8grid.json" "${F[@]}"
-  grep -E "copy|cuBLAS|ceiling" "$OUT/z/fp8grid.log" | head -3
+  goal_rows_and_fp8_grid .gpu-var/new
 fi
 (cd "$OUT" && tar cJf z.tar.xz z $( [ -d goal ] && echo goal ) && rm -rf z goal)
 echo "all $(( $(date +%s) - t0 ))s"

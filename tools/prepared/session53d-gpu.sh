@@ -28,12 +28,7 @@ for k, m in agg.items():
 PY
 done
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  OUT=$OUT/goal timeout 420 scripts/gpu-mla-goal-rows .gpu-var/new > "$OUT/z/goal.log" 2>&1
-  echo "goal rc=$? $(( $(date +%s) - t0 ))s"
-  grep -vE "^(mla_attention|decode-|verify|  )" "$OUT/z/goal.log" | grep -vE "^$" | cut -c1-200 | tail -40
-  F=(); for n in $($B --list --filter mla_attention/ | awk '$1 ~ /^mla_attention\/.*-fp8_e4m3-qfp8-fastP$/ {print $1}'); do F+=(--filter "$n"); done
-  step fp8grid 300 $B --reps 10 --json "$OUT/z/fp8grid.json" "${F[@]}"
-  grep -E "copy|cuBLAS|ceiling" "$OUT/z/fp8grid.log" | head -3
+  goal_rows_and_fp8_grid .gpu-var/new
 fi
 (cd "$OUT" && tar cJf z.tar.xz z $( [ -d goal ] && echo goal ) && rm -rf z goal)
 echo "all $(( $(date +%s) - t0 ))s"
