@@ -1,33 +1,51 @@
 #!/usr/bin/env bash
-# The fifty-fourth session's job (~4 minutes; ~9 on an H200 with the goal rows; steps in the order
-# of their worth, for a call that may be cut short): v3's splits merged in the kernel for one-wave
-# grids. merge2 = tools/prepared/km-merge.patch (both forms, at most 16 splits: the 32-row form's
-# partial boxes or rows, the wide form's rows), merge1 = km-merge-v1.patch (the fifty-third
-# session's: the 32-row form only, any count), new = main. merge2's tests first (the merge against
-# the combine kernel, both forms, a CUDA graph replay), then the A/B of new, merge1 and merge2 on
-# the split shapes both forms run (and B 1 at 44-132 splits, where merge2 keeps the combine kernel
-# and merge1 merges), the mutant, the -km / -kmw matrix and the other v3 / combine tests; on an
-# H200 also issue 3's bf16 goal rows beside FlashMLA and the fp8 grid with the ceilings (on new).
+# The fifty-fourth session's job (~7 minutes; ~12 on an H200 with the goal rows, so there run it
+# with GOAL=1 as a second call; steps in the order of their worth, for a call that may be cut
+# short). Two prepared branches against main (new):
+# - merge2 = tools/prepared/km-merge.patch: v3's splits merged in the kernel for one-wave grids
+#   (both forms, at most 16 splits); merge1 = km-merge-v1.patch (the 32-row form only, any count).
+# - flat = tools/prepared/km-flat.patch: v3's flattened schedule on the idle H 96 shapes.
+# Each one's own tests first, then the A/Bs (merge: new / merge1 / merge2 on the split shapes both
+# forms run, and B 1 at 44-132 splits, where merge2 keeps the combine kernel and merge1 merges;
+# flat: new / flat on the H 96 shapes its rule takes, and a control), the mutants, the -km / -kmw
+# matrices, the other v3 / combine tests, memcheck; with GOAL=1 on an H200 issue 3's bf16 goal
+# rows beside FlashMLA and the fp8 grid with the ceilings (on new) instead.
 # Binaries: tools/prepared/build-s54.sh. Carry .gpu-var/s54.tar.xz (and .peers/flashmla-bench).
 source tools/prepared/job-lib.sh
 tar xJf .gpu-var/s54.tar.xz -C .gpu-var
-P=.gpu-var/merge2/kestrel-tests
-step unit 150 $P --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel:MlaAttentionRule.*' --gtest_brief=1
-grep -E "Failure|Expected|actual|FAILED" "$OUT/z/unit.log" | head -8
-# 32-row form: decode B32 1k / 8k / 32k (4 splits), B8 8k / 32k (16), verify 2 B8 1k (8), B1 32k
-# (132); wide: verify 2 B32 32k H 32 (4), decode B32 8k H 128 (2), B8 32k H 128 (8), verify 4 B8
-# 32k H 32 (8), verify 2 B8 8k H 96 (5); B1 8k H 96 (44, 32-row); one-split control B128 8k.
+if [ "${GOAL:-0}" = 1 ]; then
+  goal_rows_and_fp8_grid .gpu-var/new
+  (cd "$OUT" && tar cJf z.tar.xz z goal && rm -rf z goal)
+  echo "all $(( $(date +%s) - t0 ))s"
+  exit 0
+fi
+M=.gpu-var/merge2/kestrel-tests F=.gpu-var/flat/kestrel-tests
+step unit 150 $M --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel:MlaAttentionRule.*' --gtest_brief=1
+step unitf 150 $F --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform:MlaAttentionRule.*' --gtest_brief=1
+grep -E "Failure|Expected|actual|FAILED" "$OUT"/z/unit.log "$OUT"/z/unitf.log | head -12
+# merge: 32-row form: decode B32 1k / 8k / 32k (4 splits), B8 8k / 32k (16), verify 2 B8 1k (8),
+# B1 32k (132); wide: verify 2 B32 32k H 32 (4), decode B32 8k H 128 (2), B8 32k H 128 (8),
+# verify 4 B8 32k H 32 (8), verify 2 B8 8k H 96 (5); B1 8k H 96 (44, 32-row); one split B128 8k.
 ab_fp8_fast new 2 "decode-B32-ctx8192-H32 decode-B8-ctx32768-H32 decode-B8-ctx8192-H32 decode-B32-ctx32768-H32
     decode-B32-ctx1024-H32 verify2-B8-ctx1024-H32 decode-B1-ctx32768-H32 verify2-B32-ctx32768-H32 decode-B32-ctx8192-H128
     decode-B8-ctx32768-H128 verify4-B8-ctx32768-H32 verify2-B8-ctx8192-H96 decode-B1-ctx8192-H96 decode-B128-ctx8192-H32" \
   .gpu-var/new .gpu-var/merge1 .gpu-var/merge2
+mv "$OUT/z/ab" "$OUT/z/ab-merge" && mv "$OUT/z/ab.txt" "$OUT/z/ab-merge.txt"
+# flat: one wave of 96 CTAs (decode B32 8k on the 32-row form, verify 2 B32 8k, verify 4 / 8 B8 8k
+# wide), 2.9 waves of splits (decode B32 32k, verify 2 B32 16k, verify 4 B32 8k, verify 8 B8 32k);
+# controls the rule leaves alone (decode B32 1k H 96, decode B128 8k H 128).
+ab_fp8_fast new 2 "decode-B32-ctx8192-H96 verify2-B32-ctx8192-H96 verify4-B8-ctx8192-H96 verify8-B8-ctx8192-H96
+    decode-B32-ctx32768-H96 verify2-B32-ctx16384-H96 verify4-B32-ctx8192-H96 verify8-B8-ctx32768-H96
+    decode-B32-ctx1024-H96 decode-B128-ctx8192-H128" .gpu-var/new .gpu-var/flat
+mv "$OUT/z/ab" "$OUT/z/ab-flat" && mv "$OUT/z/ab.txt" "$OUT/z/ab-flat.txt"
 step mut 90 .gpu-var/merge2-mut/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel' --gtest_brief=1
-step matrix 200 env KESTREL_SEED=5401 $P --gtest_filter='cuda/*mla_attention*_km*' --gtest_brief=1
-step unit2 150 $P --gtest_filter='MlaAttentionCuda.KeysM*:MlaAttentionCuda.WideKeysM*:MlaAttentionCuda.Combine*:MlaAttentionBackendCuda.*' --gtest_brief=1
-grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/matrix.log "$OUT"/z/unit2.log 2>/dev/null | cut -c1-160 | head -10
-step memcheck 200 compute-sanitizer --tool memcheck $P --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel' --gtest_brief=1
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && [ -x .peers/flashmla-bench ]; then
-  goal_rows_and_fp8_grid .gpu-var/new
-fi
-(cd "$OUT" && tar cJf z.tar.xz z $( [ -d goal ] && echo goal ) && rm -rf z goal)
+step mutf 90 .gpu-var/flat-mut/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform:cuda/*mla_attention*_km*_flat_fastP' --gtest_brief=1
+step matrix 200 env KESTREL_SEED=5401 $M --gtest_filter='cuda/*mla_attention*_km*' --gtest_brief=1
+step matrixf 200 env KESTREL_SEED=5402 $F --gtest_filter='cuda/*mla_attention*_km*' --gtest_brief=1
+step unit2 150 $M --gtest_filter='MlaAttentionCuda.KeysM*:MlaAttentionCuda.WideKeysM*:MlaAttentionCuda.Combine*:MlaAttentionBackendCuda.*' --gtest_brief=1
+step unit2f 150 $F --gtest_filter='MlaAttentionCuda.KeysM*:MlaAttentionCuda.WideKeysM*:MlaAttentionCuda.Seesaw64*:MlaAttentionBackendCuda.*' --gtest_brief=1
+grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/matrix*.log "$OUT"/z/unit2*.log 2>/dev/null | cut -c1-160 | head -10
+step memcheck 200 compute-sanitizer --tool memcheck $M --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel' --gtest_brief=1
+step memcheckf 200 compute-sanitizer --tool memcheck $F --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform' --gtest_brief=1
+(cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
