@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The fifty-fourth session's job (~7 minutes; ~12 on an H200 with the goal rows, so there run it
+# The fifty-fourth session's job (~8 minutes; ~12 on an H200 with the goal rows, so there run it
 # with GOAL=1 as a second call; steps in the order of their worth, for a call that may be cut
 # short). Two prepared branches against main (new):
 # - merge2 = tools/prepared/km-merge.patch: v3's splits merged in the kernel for one-wave grids
 #   (both forms, at most 16 splits); merge1 = km-merge-v1.patch (the 32-row form only, any count).
 # - flat = tools/prepared/km-flat.patch: v3's flattened schedule on the idle H 96 shapes.
+# - fm = tools/prepared/km-flat-merge.patch (when built): both, and the flattened runs merged in
+#   the kernel (one wave) instead of by the combine kernel.
 # Each one's own tests first, then the A/Bs (merge: new / merge1 / merge2 on the split shapes both
 # forms run, and B 1 at 44-132 splits, where merge2 keeps the combine kernel and merge1 merges;
 # flat: new / flat on the H 96 shapes its rule takes, and a control), the mutants, the -km / -kmw
@@ -36,7 +38,7 @@ mv "$OUT/z/ab" "$OUT/z/ab-merge" && mv "$OUT/z/ab.txt" "$OUT/z/ab-merge.txt"
 # controls the rule leaves alone (decode B32 1k H 96, decode B128 8k H 128).
 ab_fp8_fast new 2 "decode-B32-ctx8192-H96 verify2-B32-ctx8192-H96 verify4-B8-ctx8192-H96 verify8-B8-ctx8192-H96
     decode-B32-ctx32768-H96 verify2-B32-ctx16384-H96 verify4-B32-ctx8192-H96 verify8-B8-ctx32768-H96
-    decode-B32-ctx1024-H96 decode-B128-ctx8192-H128" .gpu-var/new .gpu-var/flat
+    decode-B32-ctx1024-H96 decode-B128-ctx8192-H128" .gpu-var/new .gpu-var/flat $( [ -d .gpu-var/fm ] && echo .gpu-var/fm )
 mv "$OUT/z/ab" "$OUT/z/ab-flat" && mv "$OUT/z/ab.txt" "$OUT/z/ab-flat.txt"
 step mut 90 .gpu-var/merge2-mut/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel' --gtest_brief=1
 step mutf 90 .gpu-var/flat-mut/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform:cuda/*mla_attention*_km*_flat_fastP' --gtest_brief=1
@@ -47,5 +49,11 @@ step unit2f 150 $F --gtest_filter='MlaAttentionCuda.KeysM*:MlaAttentionCuda.Wide
 grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/matrix*.log "$OUT"/z/unit2*.log 2>/dev/null | cut -c1-160 | head -10
 step memcheck 200 compute-sanitizer --tool memcheck $M --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel' --gtest_brief=1
 step memcheckf 200 compute-sanitizer --tool memcheck $F --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform' --gtest_brief=1
+if [ -d .gpu-var/fm ]; then
+  step unitfm 200 .gpu-var/fm/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform:MlaAttentionCuda.KeysMSplitsMergedInTheKernel:MlaAttentionRule.*' --gtest_brief=1
+  step mutfm 90 .gpu-var/fm-mut/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform' --gtest_brief=1
+  step matrixfm 200 env KESTREL_SEED=5403 .gpu-var/fm/kestrel-tests --gtest_filter='cuda/*mla_attention*_km*' --gtest_brief=1
+  grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/unitfm.log "$OUT"/z/matrixfm.log 2>/dev/null | cut -c1-160 | head -10
+fi
 (cd "$OUT" && tar cJf z.tar.xz z && rm -rf z)
 echo "all $(( $(date +%s) - t0 ))s"
