@@ -49,9 +49,12 @@ step unit2f 150 $F --gtest_filter='MlaAttentionCuda.KeysM*:MlaAttentionCuda.Wide
 grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/matrix*.log "$OUT"/z/unit2*.log 2>/dev/null | cut -c1-160 | head -10
 step memcheck 200 compute-sanitizer --tool memcheck $M --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel' --gtest_brief=1
 step memcheckf 200 compute-sanitizer --tool memcheck $F --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform' --gtest_brief=1
+# The grid barrier's CTA barrier reached by both roles at one instruction (the join): synccheck.
+step synccheck 200 compute-sanitizer --tool synccheck $M --gtest_filter='MlaAttentionCuda.KeysMSplitsMergedInTheKernel' --gtest_brief=1
 if [ -d .gpu-var/fm ]; then
   step unitfm 200 .gpu-var/fm/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform:MlaAttentionCuda.KeysMSplitsMergedInTheKernel:MlaAttentionRule.*' --gtest_brief=1
   step mutfm 90 .gpu-var/fm-mut/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform' --gtest_brief=1
+  step synccheckfm 200 compute-sanitizer --tool synccheck .gpu-var/fm/kestrel-tests --gtest_filter='MlaAttentionCuda.KeysMFlatRunsMatchUniform' --gtest_brief=1
   step matrixfm 200 env KESTREL_SEED=5403 .gpu-var/fm/kestrel-tests --gtest_filter='cuda/*mla_attention*_km*' --gtest_brief=1
   grep -E "^\[  FAILED  \] .*\(" "$OUT"/z/unitfm.log "$OUT"/z/matrixfm.log 2>/dev/null | cut -c1-160 | head -10
 fi
